@@ -1,0 +1,3 @@
+from sparsad.cli import main
+
+raise SystemExit(main())
