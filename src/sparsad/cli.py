@@ -1,6 +1,149 @@
-"""The `sparsad` command."""
+"""The `sparsad` command: run, check, demo, bench."""
 from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from sparsad.errors import SparsadError
+
+
+def _program_text(arg: str) -> str:
+    path = Path(arg)
+    if path.suffix in (".sdql", ".sd", ".txt") or (len(arg) < 255 and path.is_file()):
+        if not path.is_file():
+            raise SystemExit(f"sparsad: no program file {arg!r}")
+        return path.read_text()
+    return arg
+
+
+def load_input(spec: str) -> tuple[str, Any]:
+    """NAME=FILE.mtx | NAME=FILE.npy | NAME=NUMBER."""
+    if "=" not in spec:
+        raise SystemExit(f"sparsad: input {spec!r} must look like NAME=FILE.mtx, NAME=FILE.npy or NAME=3.5")
+    name, value = spec.split("=", 1)
+    if value.endswith(".mtx"):
+        import scipy.io
+        import scipy.sparse
+
+        return name, scipy.sparse.csr_matrix(scipy.io.mmread(value)).astype(float)
+    if value.endswith(".npy"):
+        import numpy as np
+
+        return name, np.load(value, allow_pickle=False)
+    for cast in (int, float):
+        try:
+            return name, cast(value)
+        except ValueError:
+            pass
+    if value in ("true", "false"):
+        return name, value == "true"
+    raise SystemExit(f"sparsad: cannot read input {name!r} from {value!r}: give a .mtx or .npy file or a number")
+
+
+def _print_value(value: Any, output: str | None) -> None:
+    import numpy as np
+    import scipy.sparse as sp
+
+    if output:
+        if sp.issparse(value):
+            import scipy.io
+
+            scipy.io.mmwrite(output, value)
+        else:
+            np.save(output, np.asarray(value))
+        print(f"wrote {output}")
+        return
+    if sp.issparse(value):
+        print(f"{type(value).__name__} {value.shape} with {value.nnz} stored entries")
+        print(value)
+    else:
+        with np.printoptions(threshold=50, linewidth=100):
+            print(value)
+
+
+def cmd_run(args) -> int:
+    from sparsad.lang.program import program
+
+    prog = program(_program_text(args.program), dict(t.split("=", 1) for t in args.type or []))
+    inputs = dict(load_input(spec) for spec in args.input or [])
+    _print_value(prog(out_format=args.out_format, **inputs), args.output)
+    return 0
+
+
+def cmd_check(args) -> int:
+    from sparsad.lang.program import program
+
+    types = dict(t.split("=", 1) for t in args.type or [])
+    prog = program(_program_text(args.program), types)
+    print(prog.text())
+    missing = [n for n in prog.inputs if n not in types]
+    if missing:
+        print(f"parsed; inputs {prog.inputs}. Declare {missing} with -t NAME=TYPE to type-check.")
+    else:
+        print(f"ok: type {prog.infer_type()}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from sparsad.demo import run_demo
+
+    return 0 if run_demo(grid=args.grid) else 1
+
+
+def cmd_bench(args) -> int:
+    import importlib
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "bench").is_dir():
+        raise SystemExit("sparsad bench runs from a source checkout (the bench/ folder is not installed)")
+    sys.path.insert(0, str(root))
+    available = sorted(p.stem for p in (root / "bench").glob("*.py") if p.stem not in ("__init__", "common"))
+    names = available if args.suite == "all" else [args.suite]
+    for name in names:
+        if name not in available:
+            raise SystemExit(f"sparsad: no benchmark suite {name!r}; available: {', '.join(available)}")
+        print(f"\n##### bench {name} #####")
+        importlib.import_module(f"bench.{name}").main(quick=args.quick)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparsad", description="Differentiable sparse tensor programs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a program on inputs with the reference interpreter")
+    run.add_argument("program", help="program text or a file holding it")
+    run.add_argument("-i", "--input", action="append", metavar="NAME=FILE|VALUE",
+                     help="an input: a .mtx or .npy file or a number (repeatable)")
+    run.add_argument("-t", "--type", action="append", metavar="NAME=TYPE", help="declare an input's type")
+    run.add_argument("--out-format", default="natural",
+                     choices=["natural", "dense", "csr", "csc", "coo", "dict"])
+    run.add_argument("-o", "--output", help="write the result to a .npy or .mtx file")
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check", help="parse and type-check a program")
+    check.add_argument("program")
+    check.add_argument("-t", "--type", action="append", metavar="NAME=TYPE",
+                       help="declare an input's type, e.g. A='tensor 2'")
+    check.set_defaults(func=cmd_check)
+
+    demo = sub.add_parser("demo", help="run the paper's kernels against NumPy/SciPy")
+    demo.add_argument("--grid", type=int, default=8, help="Poisson grid size (matrix order grid^2)")
+    demo.set_defaults(func=cmd_demo)
+
+    bench = sub.add_parser("bench", help="run a benchmark suite from bench/ (or 'all')")
+    bench.add_argument("suite", nargs="?", default="all")
+    bench.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    bench.set_defaults(func=cmd_bench)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    return 0
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SparsadError as error:
+        print(f"sparsad: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,175 @@
+"""`Program`: a parsed, type-checked tensor program that can be called on inputs.
+
+>>> import numpy as np
+>>> dot = Program.from_text("sum(<i, a> in V1) a * V2(i)")
+>>> dot(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]))
+11.0
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from sparsad.errors import InputError
+from sparsad.lang import values as V
+from sparsad.lang.interpret import evaluate
+from sparsad.lang.parse import parse
+from sparsad.lang.printer import to_text
+from sparsad.lang.syntax import Expr, free_vars
+from sparsad.lang.typecheck import infer, value_type
+from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero, parse_type, tensor_order
+
+OUT_FORMATS = ("natural", "dense", "csr", "csc", "coo", "dict", "value")
+
+
+class Program:
+    """A program of the language; `prog(**inputs)` runs it with the reference interpreter."""
+
+    def __init__(self, expr: Expr, types: Mapping[str, Type | str] | None = None,
+                 source: str | None = None):
+        if not isinstance(expr, Expr):
+            raise TypeError(f"Program takes a syntax tree, got {type(expr).__name__}")
+        self.expr = expr
+        self.source = source
+        self.declared = {name: parse_type(t) if isinstance(t, str) else t
+                         for name, t in (types or {}).items()}
+        unknown = set(self.declared) - set(self.inputs)
+        if unknown:
+            raise InputError(f"types were declared for {sorted(unknown)}, which the program does "
+                             f"not use; its inputs are {self.inputs}")
+        if set(self.declared) == set(self.inputs):
+            self.type = infer(self.expr, self.declared)  # fully declared: check now
+
+    @classmethod
+    def from_text(cls, text: str, types: Mapping[str, Type | str] | None = None) -> "Program":
+        return cls(parse(text), types, source=text)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The names the program reads, sorted."""
+        return sorted(free_vars(self.expr))
+
+    def text(self) -> str:
+        return to_text(self.expr)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        one_line = " ".join(self.text().split())
+        if len(one_line) > 70:
+            one_line = one_line[:67] + "..."
+        return f"Program({one_line!r}, inputs={self.inputs})"
+
+    def show(self, stage: str = "source") -> str:
+        """The program at a stage of the pipeline, as text ("source" here; later stages add more)."""
+        if stage != "source":
+            raise ValueError(f"unknown stage {stage!r}; this program has only 'source'")
+        return self.text()
+
+    def infer_type(self, **input_types: Type | str) -> Type:
+        types = dict(self.declared)
+        types.update({k: parse_type(t) if isinstance(t, str) else t for k, t in input_types.items()})
+        return infer(self.expr, types)
+
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        missing = [n for n in self.inputs if n not in inputs]
+        extra = [n for n in inputs if n not in self.inputs]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the program reads {self.inputs}")
+        if extra:
+            raise InputError(f"unexpected input(s) {extra}; the program reads {self.inputs}")
+
+    def run(self, **inputs: Any) -> Any:
+        """The raw interpreter value (numbers and nested dicts)."""
+        self._check_inputs(inputs)
+        return evaluate(self.expr, inputs)
+
+    def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
+        """Run on inputs; return a float, a numpy array, a scipy.sparse matrix or a nested dict."""
+        if out_format not in OUT_FORMATS:
+            raise ValueError(f"out_format={out_format!r} is not one of {OUT_FORMATS}")
+        self._check_inputs(inputs)
+        types = {name: value_type(value) for name, value in inputs.items()}
+        types.update(self.declared)
+        result_type = infer(self.expr, types)
+        value = evaluate(self.expr, inputs)
+        if out_format == "value":
+            return value
+        return to_natural(value, result_type, out_format)
+
+
+def to_natural(value: Any, result_type: Type, out_format: str = "natural") -> Any:
+    """Convert an interpreter value of the given type to a float, array, sparse matrix or dict."""
+    if isinstance(result_type, Real):
+        return float(V.as_number(value))
+    if isinstance(result_type, Int):
+        return int(V.as_number(value))
+    if isinstance(result_type, Bool):
+        return bool(value) if not isinstance(value, dict) else False
+    if isinstance(result_type, Zero):
+        return 0.0 if not isinstance(value, dict) or not value else value
+    order = tensor_order(_leaves_as_real(result_type))
+    if out_format == "dict" or order is None or order == 0:
+        return value
+    shape = _shape(value, result_type, order)
+    if out_format == "natural":
+        stored = _count_leaves(value)
+        full = 1
+        for extent in shape:
+            full *= extent
+        if order == 1 or stored == full:
+            out_format = "dense"
+        elif order == 2:
+            out_format = "csr"
+        else:
+            return value
+    from sparsad.formats import from_logical
+
+    return from_logical(value, shape, out_format)
+
+
+def _leaves_as_real(t: Type) -> Type:
+    if isinstance(t, Dict):
+        return Dict(t.key, _leaves_as_real(t.value))
+    return Real() if isinstance(t, (Int, Real)) else t
+
+
+def _shape(value: Any, result_type: Type, order: int) -> tuple[int, ...]:
+    """Extents from the type where known, else one past the largest key seen."""
+    seen = [0] * order
+
+    def visit(v, depth):
+        if depth == order or not isinstance(v, dict):
+            return
+        for key, item in v.items():
+            seen[depth] = max(seen[depth], key + 1)
+            visit(item, depth + 1)
+
+    visit(value, 0)
+    shape, t = [], result_type
+    for depth in range(order):
+        extent = t.key.extent if isinstance(t, Dict) else None
+        shape.append(max(extent, seen[depth]) if extent is not None else seen[depth])
+        t = t.value if isinstance(t, Dict) else t
+    return tuple(shape)
+
+
+def _count_leaves(value: Any) -> int:
+    if isinstance(value, dict):
+        return sum(_count_leaves(v) for v in value.values())
+    return 1
+
+
+def program(source: "str | Expr | Program", types: Mapping[str, Type | str] | None = None) -> Program:
+    """Make a Program from text, a builder expression, or an existing Program.
+
+    >>> program("s * V").inputs
+    ['V', 's']
+    """
+    if isinstance(source, Program):
+        return source if types is None else Program(source.expr, types, source.source)
+    if isinstance(source, str):
+        return Program.from_text(source, types)
+    if isinstance(source, Expr):
+        return Program(source, types)
+    raise TypeError(f"program() takes text or an expression, got {type(source).__name__}")

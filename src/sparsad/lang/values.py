@@ -1,0 +1,201 @@
+"""Run-time values of the reference interpreter and their semi-ring operations.
+
+A value is a Python float, int or bool, or a dict from int keys to values. The empty dict `{}`
+doubles as the zero of every type, so `+`, `*` and lookup need no type information.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sparsad.errors import InputError
+
+ZERO: dict = {}
+
+
+def is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def as_number(value: Any) -> float | int:
+    """A scalar value; the universal zero `{}` reads as 0."""
+    if isinstance(value, dict):
+        if value:
+            raise TypeError("expected a scalar, got a dictionary")
+        return 0
+    return value
+
+
+def as_key(value: Any) -> int:
+    """A dictionary key: an int (the universal zero reads as 0)."""
+    if isinstance(value, dict) and not value:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise TypeError(f"dictionary keys are integers, got {value!r}")
+    return value
+
+
+def add(a: Any, b: Any) -> Any:
+    """Semi-ring `+`: numbers add; dictionaries merge, adding the values of shared keys."""
+    if isinstance(a, dict):
+        if not a:
+            return b
+        if isinstance(b, dict):
+            if not b:
+                return a
+            merged = dict(a)
+            for key, value in b.items():
+                merged[key] = add(merged[key], value) if key in merged else value
+            return merged
+        raise TypeError("cannot add a dictionary and a scalar")
+    if isinstance(b, dict):
+        if not b:
+            return a
+        raise TypeError("cannot add a scalar and a dictionary")
+    return a + b
+
+
+def mul(a: Any, b: Any) -> Any:
+    """Semi-ring `*`: scalar products, scaling, and the outer (tensor) product of dictionaries."""
+    if isinstance(a, dict):
+        return {key: mul(value, b) for key, value in a.items()}
+    if isinstance(b, dict):
+        return {key: mul(a, value) for key, value in b.items()}
+    return a * b
+
+
+def neg(a: Any) -> Any:
+    if isinstance(a, dict):
+        return {key: neg(value) for key, value in a.items()}
+    return -a
+
+
+def lookup(d: Any, key: Any) -> Any:
+    """`d(key)`; a missing key gives the zero of d's value type."""
+    if not isinstance(d, dict):
+        raise TypeError(f"cannot look up a key in the scalar {d!r}")
+    key = as_key(key)
+    if key in d:
+        return d[key]
+    return zero_like_values(d)
+
+
+def zero_like_values(d: dict) -> Any:
+    for value in d.values():
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, int):
+            return 0
+        if isinstance(value, float):
+            return 0.0
+        return ZERO
+    return ZERO
+
+
+def from_input(value: Any, name: str = "input") -> Any:
+    """Turn a user input into an interpreter value (numbers, nested dicts).
+
+    numpy arrays give every entry (dense); scipy.sparse, pydata/sparse and torch sparse give
+    only the stored entries; storage-format objects give their logical dictionary.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, dict):
+        return _check_dict(value, name)
+    to_logical = getattr(value, "to_logical", None)
+    if callable(to_logical):
+        return to_logical()
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if np is not None:
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray):
+            return _array_to_dict(value, name)
+    try:
+        import scipy.sparse as sp
+
+        if sp.issparse(value):
+            coo = value.tocoo()
+            result: dict = {}
+            rows, cols, data = coo.row.tolist(), coo.col.tolist(), coo.data.tolist()
+            for i, j, v in zip(rows, cols, data):
+                row = result.setdefault(int(i), {})
+                row[int(j)] = row.get(int(j), 0.0) + v
+            return result
+    except ImportError:  # pragma: no cover
+        pass
+    from sparsad.formats import as_format  # conversions of torch, pydata/sparse and others
+
+    return as_format(value).to_logical()
+
+
+def _array_to_dict(array, name: str) -> Any:
+    if array.dtype.kind not in "biuf":
+        raise InputError(f"input {name!r} has dtype {array.dtype}; use a real, integer or bool array")
+    if array.ndim == 0:
+        return array.item()
+    listed = array.tolist()
+
+    def build(nested):
+        if isinstance(nested, list):
+            return {i: build(item) for i, item in enumerate(nested)}
+        return nested
+
+    return build(listed)
+
+
+def _check_dict(value: dict, name: str) -> dict:
+    for key, item in value.items():
+        if isinstance(key, bool) or not isinstance(key, int):
+            raise InputError(f"input {name!r} has the key {key!r}; dictionary keys must be integers")
+        if isinstance(item, dict):
+            _check_dict(item, name)
+    return value
+
+
+def prune_zeros(value: Any) -> Any:
+    """The same value with zero entries and empty sub-dictionaries removed."""
+    if isinstance(value, dict):
+        pruned = {}
+        for key, item in value.items():
+            item = prune_zeros(item)
+            if isinstance(item, dict):
+                if item:
+                    pruned[key] = item
+            elif item != 0:
+                pruned[key] = item
+        return pruned
+    return value
+
+
+def values_equal(a: Any, b: Any, rtol: float = 1e-12, atol: float = 1e-12) -> bool:
+    """Semantic equality: a missing key equals zero; numbers compare with tolerances."""
+    a, b = _normalize(a), _normalize(b)
+    return _close(prune_zeros(a), prune_zeros(b), rtol, atol)
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, (dict, bool, int, float)):
+        return value
+    return from_input(value)
+
+
+def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
+    if isinstance(a, dict) or isinstance(b, dict):
+        a = a if isinstance(a, dict) else ({} if a == 0 else None)
+        b = b if isinstance(b, dict) else ({} if b == 0 else None)
+        if a is None or b is None or a.keys() != b.keys():
+            return False
+        return all(_close(a[k], b[k], rtol, atol) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=rtol, abs_tol=atol)
+    return a == b
