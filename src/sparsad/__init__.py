@@ -1,4 +1,10 @@
-"""sparsad: differentiable programming over sparse and dense tensors."""
+"""sparsad: differentiable programming over sparse and dense tensors.
+
+>>> import numpy as np, sparsad
+>>> dot = sparsad.program("sum(<i, a> in V1) a * V2(i)")
+>>> dot(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]))
+11.0
+"""
 from sparsad import errors
 from sparsad.errors import (
     DensifyWarning,
@@ -12,5 +18,12 @@ from sparsad.errors import (
     SparsadError,
     UnsupportedError,
 )
+from sparsad.lang.program import Program, program
 
 __version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Program", "program", "errors",
+    "SparsadError", "ProgramError", "ProgramTypeError", "InputError", "FormatError", "ShapeError",
+    "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning",
+]
