@@ -1,0 +1,237 @@
+"""Conversion into formats (numpy, scipy.sparse, torch, pydata/sparse) and out of logical dicts.
+
+Every input becomes (shape, coordinates, values) and goes through the one level builder, so each
+format gets every input without code of its own. Sparse inputs keep their stored entries
+(explicit zeros included: they are the pattern) with duplicates summed and indices sorted; dense
+inputs store their non-zeros, or every entry when the target format is dense. torch and
+pydata/sparse are imported only when such a value is passed.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from sparsad.errors import FormatError, UnsupportedError
+from sparsad.formats.format import CSC, CSR, Format, coo, dense, resolve
+from sparsad.formats.levels import Dense
+from sparsad.formats.tensor import SCIPY_FORMATS, StoredTensor, build_levels, scatter_dense
+from sparsad.formats.validate import check_range, check_shape, validate_fields, value_array
+
+
+def from_arrays(fmt: Format | str, shape: Any, name: str | None = None, **fields: Any) -> StoredTensor:
+    """A StoredTensor from raw physical arrays, validated (e.g. `from_arrays('csr', (3, 4),
+    pos=..., idx=..., val=...)`); dense extents and the root's `len` may be omitted."""
+    fmt = resolve(fmt, len(tuple(shape)) if _is_sequence(shape) else -1) if isinstance(fmt, str) else fmt
+    shape, checked = validate_fields(fmt, shape, fields, name)
+    return StoredTensor(fmt, shape, checked)
+
+
+def from_coordinates(coords: Any, values: Any, shape: Any, fmt: Format | str,
+                     name: str | None = None, index_dtype=np.int64) -> StoredTensor:
+    """A StoredTensor from coordinates (order x n) and values; duplicates are summed."""
+    shape_tuple = tuple(int(n) for n in shape)
+    fmt = resolve(fmt, len(shape_tuple))
+    shape_tuple = check_shape(shape_tuple, fmt, name)
+    label = f"input {name!r}" if name else "coordinates"
+    coords = np.asarray(coords)
+    if coords.ndim != 2 or coords.shape[0] != len(shape_tuple):
+        raise FormatError(f"{label}: coordinates must have shape ({len(shape_tuple)}, n), got {coords.shape}")
+    if coords.dtype.kind not in "iu":
+        raise FormatError(f"{label}: coordinates must be integers, got dtype {coords.dtype}")
+    values = value_array(values, f"{label} values")
+    if values.shape != (coords.shape[1],):
+        raise FormatError(f"{label}: {coords.shape[1]} coordinates but values of shape {values.shape}")
+    for mode, extent in enumerate(shape_tuple):
+        check_range(coords[mode], extent, f"{label}, mode {mode}")
+    if index_dtype == np.int32 and max(shape_tuple + (coords.shape[1],), default=0) >= 2**31 - 1:
+        index_dtype = np.int64
+    fields = build_levels(fmt, shape_tuple, coords, values, index_dtype)
+    return StoredTensor(fmt, shape_tuple, fields)
+
+
+def as_format(value: Any, format: Format | str | None = None, name: str | None = None) -> StoredTensor:
+    """Store `value` (numpy, scipy.sparse, torch, pydata/sparse, StoredTensor) in `format`.
+
+    Without a format: numpy and torch dense -> dense row-major; scipy csr/csc/coo -> CSR/CSC/COO
+    (other scipy formats -> CSR); torch sparse COO/CSR/CSC -> COO/CSR/CSC; pydata/sparse -> COO.
+    """
+    label = f"input {name!r}" if name else "value"
+    if isinstance(value, StoredTensor):
+        if format is None or resolve(format, value.ndim) == value.format:
+            return value
+        coords, values = value.coordinates()
+        if isinstance(value.format.levels[-1], Dense) and not resolve(format, value.ndim).is_dense:
+            keep = values != 0
+            coords, values = coords[:, keep], values[keep]
+        return from_coordinates(coords, values, value.shape, format, name, _index_dtype(value))
+    module = type(value).__module__.split(".")[0]
+    if module == "torch":
+        return _from_torch(value, format, name, label)
+    if module == "sparse" and hasattr(value, "asformat"):
+        return _from_pydata(value, format, name, label)
+    try:
+        import scipy.sparse as sp
+    except ImportError:  # pragma: no cover
+        sp = None
+    if sp is not None and sp.issparse(value):
+        return _from_scipy(value, format, name, label)
+    if isinstance(value, dict):
+        raise FormatError(f"{label}: a nested dict needs a shape; use "
+                          f"sparsad.formats.from_logical(value, shape, format)")
+    if isinstance(value, (np.ndarray, list, tuple, np.generic, float, int)):
+        return _from_numpy(np.asarray(value), format, name, label)
+    raise FormatError(f"{label}: cannot store a {type(value).__name__} in a format; pass a numpy "
+                      f"array, a scipy.sparse matrix, a torch tensor or a pydata/sparse array")
+
+
+def _from_numpy(array: np.ndarray, format, name, label) -> StoredTensor:
+    if array.ndim == 0:
+        raise FormatError(f"{label}: a 0-d array is a scalar; pass it as a Python float")
+    values = value_array(array, label)
+    fmt = resolve(format if format is not None else dense(values.ndim), values.ndim)
+    if fmt.is_dense:
+        stored = np.ascontiguousarray(values.transpose(fmt.mode_order)).reshape(-1)
+        fields = {level.size: int(values.shape[m]) for level, m in zip(fmt.levels, fmt.mode_order)}
+        fields[fmt.values] = stored
+        return StoredTensor(fmt, values.shape, fields)
+    coords = np.array(np.nonzero(values), dtype=np.int64).reshape(values.ndim, -1)
+    return from_coordinates(coords, values[tuple(coords)], values.shape, fmt, name)
+
+
+def _from_scipy(matrix, format, name, label) -> StoredTensor:
+    value_array(matrix.data if hasattr(matrix, "data") and matrix.format != "dok" else
+                np.zeros(0, matrix.dtype), label)  # dtype check before any work
+    if format is None:
+        kind = matrix.format
+        format = {"csr": CSR, "csc": CSC}.get(kind) if matrix.ndim == 2 else None
+        if format is None:
+            format = coo(matrix.ndim) if kind == "coo" or matrix.ndim != 2 else CSR
+    index_dtype = np.int64
+    if matrix.format in ("csr", "csc", "bsr", "coo"):
+        arrays = [matrix.indices] if matrix.format != "coo" else list(matrix.coords)
+        if all(a.dtype == np.int32 for a in arrays):
+            index_dtype = np.int32
+    as_coo = matrix.tocoo()
+    coords = np.array(as_coo.coords, dtype=np.int64).reshape(len(matrix.shape), -1)
+    return from_coordinates(coords, as_coo.data, matrix.shape, format, name, index_dtype)
+
+
+def _from_torch(tensor, format, name, label) -> StoredTensor:
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.is_complex():
+        value_array(np.zeros(0, np.complex128), label)
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        tensor = tensor.to(torch.float32)
+    layout = tensor.layout
+    if layout == torch.strided:
+        return _from_numpy(tensor.cpu().resolve_conj().numpy(), format, name, label)
+    if tensor.dense_dim() if layout == torch.sparse_coo else tensor.values().dim() > 1:
+        raise UnsupportedError(f"{label}: hybrid sparse torch tensors (dense trailing dimensions) "
+                               f"are not supported; convert with .to_dense() or flatten the values")
+    if format is None:
+        format = {torch.sparse_csr: "csr", torch.sparse_csc: "csc"}.get(layout) or (
+            "csr" if tensor.dim() == 2 and layout != torch.sparse_coo else "coo")
+    if layout != torch.sparse_coo:
+        tensor = tensor.to_sparse_coo()
+    tensor = tensor.coalesce().cpu()
+    coords = tensor.indices().numpy().astype(np.int64, copy=False)
+    return from_coordinates(coords, tensor.values().numpy(), tuple(tensor.shape), format, name)
+
+
+def _from_pydata(array, format, name, label) -> StoredTensor:
+    as_coo = array.asformat("coo")
+    if np.any(as_coo.fill_value != 0):
+        raise FormatError(f"{label}: pydata/sparse array has fill value {as_coo.fill_value}; "
+                          f"only a zero fill value maps onto a format")
+    value_array(as_coo.data, label)
+    fmt = format if format is not None else coo(as_coo.ndim)
+    coords = np.asarray(as_coo.coords, dtype=np.int64).reshape(as_coo.ndim, -1)
+    return from_coordinates(coords, as_coo.data, as_coo.shape, fmt, name)
+
+
+def _index_dtype(stored: StoredTensor):
+    for field in stored.format.fields()[:-1]:
+        value = stored[field]
+        if isinstance(value, np.ndarray):
+            return value.dtype
+    return np.int64
+
+
+def _is_sequence(value: Any) -> bool:
+    try:
+        tuple(value)
+        return True
+    except TypeError:
+        return False
+
+
+# ----- logical nested dicts -> arrays -----
+
+def logical_coordinates(value: Any, shape: tuple[int, ...], label: str = "value"
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(coords, values) of the leaves of a nested dict of numbers, checked against shape."""
+    order = len(shape)
+    keys: list[list[int]] = [[] for _ in range(order)]
+    leaves: list[float] = []
+    path: list[int] = []
+
+    def visit(node: Any, depth: int) -> None:
+        if depth == order:
+            if isinstance(node, dict):
+                if node:
+                    raise FormatError(f"{label}: nested deeper than the {order} modes of shape "
+                                      f"{shape} at keys {path}")
+                return  # `{}` is the zero of every type
+            if isinstance(node, (bool, np.bool_)) or not isinstance(node, (int, float, np.number)):
+                raise FormatError(f"{label}: leaf at keys {path} is {node!r}, not a number")
+            for mode, key in enumerate(path):
+                keys[mode].append(key)
+            leaves.append(node)
+            return
+        if not isinstance(node, dict):
+            if node == 0:
+                return  # a scalar zero stands for an empty sub-dictionary
+            raise FormatError(f"{label}: expected a dictionary at depth {depth} (keys {path}) for "
+                              f"shape {shape}, got {node!r}")
+        for key, item in node.items():
+            if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+                raise FormatError(f"{label}: key {key!r} at depth {depth} is not an integer")
+            if not 0 <= key < shape[depth]:
+                raise FormatError(f"{label}: key {key} at depth {depth} (keys {path}) is outside "
+                                  f"0..{shape[depth] - 1}, the extent of mode {depth}")
+            path.append(int(key))
+            visit(item, depth + 1)
+            path.pop()
+
+    visit(value, 0)
+    coords = np.array(keys, dtype=np.int64).reshape(order, len(leaves))
+    return coords, np.array(leaves, dtype=np.float64)
+
+
+def from_logical(value: Any, shape: Any, out_format: Format | str = "dense"):
+    """A logical nested dict `{i: {j: v}}` of `shape` as numpy or scipy, in the named format.
+
+    `out_format`: 'dense' or 'numpy' -> numpy array; 'csr', 'csc', 'coo', 'bsr', 'dia', 'lil',
+    'dok' -> scipy.sparse matrix (2-d only; stored entries kept, zeros included); any other
+    format name or a Format -> StoredTensor.
+    """
+    shape = tuple(int(n) for n in shape)
+    if not shape:
+        raise FormatError("from_logical: shape is empty; a 0-d result is a Python float")
+    coords, values = logical_coordinates(value, shape)
+    if out_format in ("dense", "numpy"):
+        return scatter_dense(coords, values, shape)
+    if isinstance(out_format, str) and out_format in SCIPY_FORMATS and len(shape) == 2:
+        import scipy.sparse as sp
+
+        matrix = sp.coo_matrix((values, (coords[0], coords[1])), shape=shape)
+        return matrix.asformat(out_format)
+    return from_coordinates(coords, values, shape, out_format)
+
+
+def as_logical(value: Any) -> Mapping:
+    """The logical nested dict of any value as_format accepts."""
+    return as_format(value).to_logical()
