@@ -19,11 +19,12 @@ from sparsad.errors import (
     UnsupportedError,
 )
 from sparsad.lang.program import Program, program
+from sparsad.ad.api import Derivative, grad, jacobian, jvp, vjp
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
-    "Program", "program", "errors",
+    "Program", "program", "errors", "Derivative", "grad", "jacobian", "jvp", "vjp",
     "SparsadError", "ProgramError", "ProgramTypeError", "InputError", "FormatError", "ShapeError",
     "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning",
 ]

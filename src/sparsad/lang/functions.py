@@ -63,6 +63,8 @@ FUNCTIONS: dict[str, Builtin] = {
     "log1p": Builtin(1, _safe(math.log1p, below=-1.0, at_edge=float("-inf")), "log(1+x)"),
     "expm1": Builtin(1, _safe(math.expm1), "exp(x)-1"),
     "pow": Builtin(2, _pow, "x to the power of a constant exponent"),
+    "step": Builtin(1, lambda x: 1.0 if x > 0 else 0.0, "1 where x > 0, else 0 (the derivative of relu)"),
+    "sign": Builtin(1, lambda x: (x > 0) - (x < 0) + 0.0, "-1, 0 or 1 (the derivative of abs)"),
 }
 
 RESERVED_WORDS = frozenset({"sum", "in", "let", "if", "then", "else", "not", "true", "false",

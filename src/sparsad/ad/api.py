@@ -1,0 +1,305 @@
+"""The differentiation API: grad, jacobian, jvp, vjp, and the `gradient` macro of ∇SD Fig. 7.
+
+Each returns a `Derivative`, a Program that is called like any program and shown with
+`.show("derivative")`. The derivative program is built for the input types (inferred at call
+time, declared, or guessed from the program) and cached per type signature.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from sparsad.ad.forward import forward, tangent_name, tensorized
+from sparsad.ad.guess import guess_types
+from sparsad.ad.reverse import reverse
+from sparsad.errors import InputError, UnsupportedError
+from sparsad.lang import values as V
+from sparsad.lang.interpret import evaluate
+from sparsad.lang.printer import to_text
+from sparsad.lang.program import Program, program as make_program, to_natural
+from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Lookup, Singleton, Sum, Var
+from sparsad.lang.typecheck import infer, value_type
+from sparsad.lang.types import REAL, Dict, Real, Type, Zero, tensor_order, type_to_text
+from sparsad.opt.dce import eliminate_dead_lets
+
+MODES = ("auto", "reverse", "tensorized", "forward")
+
+
+# -- Fig. 7: zero, onehot and the gradient macro ------------------------------------------------
+
+def zero(_type: Type) -> Expr:
+    """zero[D]: `{}` is the zero of every type."""
+    return EmptyDict()
+
+
+def onehot(order: int, x: Expr) -> Expr:
+    """onehot[tensor n] x: {i1 -> ... {in -> {i1 -> ... {in -> 1}}}} over the entries of x."""
+    if order == 0:
+        return Const(1.0)
+    keys = [f"i{k + 1}" for k in range(order)]
+    rows = [f"v{k + 2}" for k in range(order - 1)] + ["_"]
+    leaf: Expr = Const(1.0)
+    for key in reversed(keys):
+        leaf = Singleton(Var(key), leaf)
+    body = leaf
+    sources = [x] + [Var(r) for r in rows[:-1]]
+    for key, row, source in reversed(list(zip(keys, rows, sources))):
+        body = Sum(key, row, source, Singleton(Var(key), body))
+    return body
+
+
+def gradient(expr: Expr, wrt: str, types: Mapping[str, Type]) -> Expr:
+    """`gradient e x` (Fig. 7): let <v1', ...> = <ingrad v1 x, ...> in D_τ[e], with τ the type of x."""
+    tau = types[wrt]
+    names = sorted(set(types) & _free(expr))
+    tangents = [onehot(_order(tau), Var(wrt)) if n == wrt else zero(types[n]) for n in names]
+    body = tensorized(expr, tau, types)
+    for name, value in reversed(list(zip(names, tangents))):
+        body = Let(tangent_name(name), value, body)
+    return body
+
+
+def mask_to_pattern(adjoint: Expr, x: str, order: int) -> Expr:
+    """The adjoint read on x's own entries only: the masked gradient convention."""
+    if order == 0:
+        return adjoint
+    keys = [f"m{k + 1}" for k in range(order)]
+    rows = [f"mv{k + 1}" for k in range(order - 1)] + ["_"]
+    whole = f"{x}_adjoint"  # computed once, then read on the pattern
+    leaf: Expr = Var(whole)
+    for key in keys:
+        leaf = Lookup(leaf, Var(key))
+    body = leaf
+    sources = [Var(x)] + [Var(r) for r in rows[:-1]]
+    for key, row, source in reversed(list(zip(keys, rows, sources))):
+        body = Sum(key, row, source, Singleton(Var(key), body))
+    return Let(whole, adjoint, body)
+
+
+def _free(expr: Expr) -> set[str]:
+    from sparsad.lang.syntax import free_vars
+
+    return set(free_vars(expr))
+
+
+def _order(t: Type) -> int:
+    order = tensor_order(t)
+    if order is None:
+        order = 0
+        while isinstance(t, Dict):
+            order, t = order + 1, t.value
+    return order
+
+
+# -- Derivative programs --------------------------------------------------------------------------
+
+class Derivative(Program):
+    """A derivative of a program: call it on the primal's inputs (plus a tangent or cotangent)."""
+
+    def __init__(self, primal: Program, wrt: tuple[str, ...], kind: str, mode: str,
+                 seed_name: str | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is not one of {MODES}")
+        unknown = [w for w in wrt if w not in primal.inputs]
+        if unknown:
+            raise InputError(f"wrt={unknown} names no input of the program; its inputs are {primal.inputs}")
+        if not wrt:
+            raise InputError("wrt is empty; name at least one input to differentiate with respect to")
+        self.primal = primal
+        self.wrt = wrt
+        self.kind = kind
+        self.mode = mode
+        self.seed_name = seed_name
+        self.declared = dict(primal.declared)
+        self.source = None
+        self._cache: dict[tuple, dict[str, Expr]] = {}
+
+    # Program interface
+    @property
+    def inputs(self) -> list[str]:
+        extra = [self.seed_name] if self.seed_name else []
+        return sorted(set(self.primal.inputs) | set(extra))
+
+    @property
+    def expr(self) -> Expr:
+        if len(self.wrt) != 1:
+            raise ValueError(f"this derivative has one program per input {list(self.wrt)}; use .exprs()")
+        return self.exprs()[self.wrt[0]]
+
+    def exprs(self, types: Mapping[str, Type] | None = None) -> dict[str, Expr]:
+        """The derivative program per wrt name, for the given (else declared or guessed) input types."""
+        if types is None:
+            types = guess_types(self.primal.expr, self.declared)
+        key = tuple(sorted((n, t) for n, t in types.items() if n in self.primal.inputs))
+        if key not in self._cache:
+            self._cache[key] = {w: self._build(w, dict(key)) for w in self.wrt}
+        return self._cache[key]
+
+    def text(self) -> str:
+        parts = self.exprs()
+        if len(parts) == 1:
+            return to_text(next(iter(parts.values())))
+        return "\n\n".join(f"# d/d{name}\n{to_text(e)}" for name, e in parts.items())
+
+    def show(self, stage: str = "derivative") -> str:
+        if stage == "source":
+            return self.primal.text()
+        if stage != "derivative":
+            raise ValueError(f"unknown stage {stage!r}; use 'source' or 'derivative'")
+        return self.text()
+
+    def __repr__(self) -> str:
+        return f"Derivative({self.kind}, wrt={list(self.wrt)}, mode={self.resolved_mode()!r}, of {self.primal!r})"
+
+    # building
+    def output_type(self, types: Mapping[str, Type]) -> Type:
+        return infer(self.primal.expr, types)
+
+    def resolved_mode(self, types: Mapping[str, Type] | None = None) -> str:
+        if self.kind in ("jvp", "vjp"):
+            return {"jvp": "forward", "vjp": "reverse"}[self.kind]
+        if self.mode != "auto":
+            return self.mode
+        if self.kind == "jacobian":
+            return "tensorized"
+        try:
+            out = self.output_type(types or guess_types(self.primal.expr, self.declared))
+        except Exception:
+            return "reverse"
+        return "reverse" if isinstance(out, (Real, Zero)) else "tensorized"
+
+    def _build(self, wrt: str, types: dict[str, Type]) -> Expr:
+        expr = self.primal.expr
+        mode = self.resolved_mode(types)
+        if self.kind == "jvp" or mode == "forward":
+            body = _bind_tangent(forward(expr), wrt, self.seed_name)
+            for name in sorted(n for n in types if n != wrt):
+                body = Let(tangent_name(name), zero(types[name]), body)
+            return body
+        if self.kind == "vjp" or mode == "reverse":
+            out = self.output_type(types)
+            if self.kind != "vjp" and not isinstance(out, (Real, Zero)):
+                raise UnsupportedError(f"reverse mode needs a scalar output, this program returns "
+                                       f"{type_to_text(out)}; use jacobian(...) or vjp(...)")
+            seed: Expr = Var(self.seed_name) if self.kind == "vjp" else Const(1.0)
+            all_types = dict(types)
+            if self.kind == "vjp":
+                all_types[self.seed_name] = out
+            adjoint = reverse(expr, wrt, seed, all_types)
+            return eliminate_dead_lets(mask_to_pattern(adjoint, wrt, _order(types[wrt])))
+        if mode == "tensorized":
+            return gradient(expr, wrt, types)
+        raise ValueError(f"unknown mode {mode!r}")
+
+    # running
+    def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
+        self._check_inputs(inputs)
+        primal_inputs = {k: v for k, v in inputs.items() if k in self.primal.inputs}
+        types = {name: value_type(value) for name, value in primal_inputs.items()}
+        types.update(self.declared)
+        results = {}
+        for wrt, expr in self.exprs(types).items():
+            if self.kind != "jvp" and self.resolved_mode(types) == "forward":
+                value, result_type = self._forward_by_directions(expr, wrt, inputs, types)
+            else:
+                env_types = dict(types)
+                if self.seed_name:
+                    env_types[self.seed_name] = value_type(inputs[self.seed_name])
+                if self.kind == "jvp":
+                    env_types[tangent_name(wrt) if self.seed_name is None else self.seed_name] = types[wrt]
+                value = evaluate(expr, inputs)
+                result_type = _result_type(expr, env_types, self.output_type(types), types[wrt], self.kind)
+            results[wrt] = value if out_format == "value" else to_natural(value, result_type, out_format)
+        return results[self.wrt[0]] if len(self.wrt) == 1 else results
+
+    def _forward_by_directions(self, expr, wrt, inputs, types):
+        """Scalar forward mode, one pass per entry of wrt (n passes: for testing and small inputs)."""
+        x = V.from_input(inputs[wrt], wrt)
+        order = _order(types[wrt])
+        result: Any = V.ZERO
+        env = {k: V.from_input(v, k) for k, v in inputs.items()}
+        for path in _entry_paths(x, order):
+            direction: Any = 1.0
+            for key in reversed(path):
+                direction = {key: direction}
+            env[tangent_name(wrt)] = direction
+            column = evaluate(expr, env)
+            result = V.add(result, _attach(column, path))
+        out = self.output_type(types)
+        return result, _tensor_product_type(out, types[wrt])
+
+
+def _bind_tangent(body: Expr, wrt: str, seed_name: str | None) -> Expr:
+    """Zero tangents for every input but wrt, whose tangent is the input `seed_name` (if named)."""
+    if seed_name and seed_name != tangent_name(wrt):
+        body = Let(tangent_name(wrt), Var(seed_name), body)
+    return body
+
+
+def _result_type(expr: Expr, env_types: dict, out: Type, wrt_type: Type, kind: str) -> Type:
+    if kind == "jvp":
+        return out
+    if kind == "vjp":
+        return wrt_type
+    try:
+        full = dict(env_types)
+        return infer(expr, full)
+    except Exception:
+        return _tensor_product_type(out, wrt_type)
+
+
+def _tensor_product_type(a: Type, b: Type) -> Type:
+    if isinstance(a, Dict):
+        return Dict(a.key, _tensor_product_type(a.value, b))
+    return b
+
+
+def _entry_paths(value: Any, order: int, prefix: tuple = ()):
+    if order == 0:
+        yield prefix
+        return
+    for key, item in value.items():
+        yield from _entry_paths(item, order - 1, prefix + (key,))
+
+
+def _attach(value: Any, path: tuple) -> Any:
+    """Put `path` below the output's own indices: the D ⊗ τ layout of a Jacobian."""
+    if isinstance(value, dict) and value and not _is_leafless(value):
+        return {k: _attach(v, path) for k, v in value.items()}
+    leaf = V.as_number(value) if not isinstance(value, dict) or not value else value
+    for key in reversed(path):
+        leaf = {key: leaf}
+    return leaf
+
+
+def _is_leafless(value: dict) -> bool:
+    return False
+
+
+def _names(wrt: str | Iterable[str]) -> tuple[str, ...]:
+    return (wrt,) if isinstance(wrt, str) else tuple(wrt)
+
+
+def grad(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto") -> Derivative:
+    """The gradient of a scalar program w.r.t. one or more inputs (masked to sparse inputs' patterns).
+
+    >>> import numpy as np
+    >>> g = grad("sum(<i, a> in V1) a * V2(i)", wrt="V2")
+    >>> g(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]))
+    array([1., 2.])
+    """
+    return Derivative(make_program(prog), _names(wrt), "grad", mode)
+
+
+def jacobian(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto") -> Derivative:
+    """The Jacobian, laid out as output indices then input indices (D ⊗ τ), by tensorized forward mode."""
+    return Derivative(make_program(prog), _names(wrt), "jacobian", mode)
+
+
+def jvp(prog: "Program | str", wrt: str, tangent: str | None = None) -> Derivative:
+    """Forward mode along one direction: call with the inputs plus the tangent (default name `wrt'`)."""
+    return Derivative(make_program(prog), (wrt,), "jvp", "forward", tangent or tangent_name(wrt))
+
+
+def vjp(prog: "Program | str", wrt: str, cotangent: str = "cotangent") -> Derivative:
+    """Reverse mode from an output cotangent: call with the inputs plus `cotangent`."""
+    return Derivative(make_program(prog), (wrt,), "vjp", "reverse", cotangent)

@@ -1,0 +1,1 @@
+"""Independent references for the tests: JAX dense autodiff and finite differences."""
