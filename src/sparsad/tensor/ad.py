@@ -1,0 +1,229 @@
+"""Reverse-mode AD on einsum graphs (AutoHOOT §4): grad, vjp, jvp, hvp, jacobian, hessian.
+
+One backward pass serves everything. Each adjoint carries `lead` extra leading axes: none for a
+VJP (the cotangent has the output's shape) and the output's own axes for an explicit Jacobian,
+whose seed is a product of Identity nodes (§4.2). In "explicit" mode every local Jacobian is
+written as an einsum with Identity nodes tying output axes to input axes, exactly as in §4.2;
+the optimizer's identity pruning removes the redundant ones. VJPs use the same rules but tie axes
+by reusing letters directly, adding an Identity only where one is needed (repeated subscripts,
+broadcast axes).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from sparsad.errors import InputError, ShapeError
+from sparsad.tensor.graph import depends_on, einsum_view, fresh_letters, topological
+from sparsad.tensor.nodes import (
+    Add, Constant, Einsum, Elementwise, Identity, Node, Scale, Sub, TensorInverse, Variable, zeros,
+)
+
+
+class _One(Constant):
+    """The unit seed of a gradient: a scalar 1 that rules drop instead of multiplying by."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__(np.array(1.0), name="one")
+
+
+_One._rebuild = classmethod(lambda cls, params, inputs: cls())
+
+
+def _is_one(node: Node) -> bool:
+    return isinstance(node, _One)
+
+
+def _local_einsum(in_subs, out, operands, k, adj, lead_n, explicit) -> Node:
+    """Adjoint (with lead axes) of operand k of einsum(in_subs -> out, operands)."""
+    lead = fresh_letters(lead_n, avoid=list(in_subs) + [out])
+    used = set("".join(in_subs) + out + "".join(lead))
+    target = in_subs[k]
+    sizes = {}
+    for sub, op in zip(in_subs, operands):
+        sizes.update(zip(sub, op.shape))
+    subs, ops = [], []
+    if not (_is_one(adj) and lead_n == 0):
+        subs.append("".join(lead) + out)
+        ops.append(adj)
+    present = set("".join(lead) + out)
+    for j, (sub, op) in enumerate(zip(in_subs, operands)):
+        if j != k:
+            subs.append(sub)
+            ops.append(op)
+            present |= set(sub)
+    result = []
+    for ch in target:
+        if not explicit and ch in present and ch not in result:
+            result.append(ch)
+        else:
+            (m,) = fresh_letters(1, avoid=used)
+            used.add(m)
+            subs.append(ch + m)
+            ops.append(Identity(sizes[ch]))
+            result.append(m)
+    if not ops:
+        return adj
+    return Einsum(",".join(subs) + "->" + "".join(lead) + "".join(result), *ops)
+
+
+def _tie(adj: Node, lead_n: int, extra: Sequence[tuple[str, Node]] = ()) -> Node:
+    """einsum of adj with Identity nodes tying each node axis to a fresh output axis (§4.2)."""
+    n = adj.ndim - lead_n
+    letters = fresh_letters(adj.ndim + n)
+    lead, o, m = letters[:lead_n], letters[lead_n:adj.ndim], letters[adj.ndim:]
+    subs = ["".join(lead + o)] + [s for s, _ in extra] + [o[j] + m[j] for j in range(n)]
+    ops = [adj] + [op for _, op in extra] + [Identity(adj.shape[lead_n + j]) for j in range(n)]
+    return Einsum(",".join(subs) + "->" + "".join(lead + m), *ops)
+
+
+def _rule(node: Node, k: int, adj: Node, lead_n: int, explicit: bool) -> Node:
+    """Contribution of `node`'s adjoint to the adjoint of its input k."""
+    view = einsum_view(node)
+    if view is not None:
+        return _local_einsum(view[0], view[1], node.inputs, k, adj, lead_n, explicit)
+    if isinstance(node, (Add, Sub)):
+        out = _tie(adj, lead_n) if explicit else adj
+        return Scale(-1, out) if (isinstance(node, Sub) and k == 1) else out
+    if isinstance(node, Scale):
+        return Scale(node.coef, _tie(adj, lead_n) if explicit else adj)
+    if isinstance(node, Elementwise):
+        deriv = node.derivative()
+        letters = fresh_letters(adj.ndim)
+        lead, o = "".join(letters[:lead_n]), "".join(letters[lead_n:])
+        if explicit:
+            return _tie(adj, lead_n, [(o, deriv)])
+        if _is_one(adj):
+            return deriv
+        return Einsum(f"{lead}{o},{o}->{lead}{o}", adj, deriv)
+    if isinstance(node, TensorInverse):
+        # dY = -Y dA Y for Y = A^{-1} read as matrices; A is P+Q, Y is Q+P.
+        ind, nd = node.ind, node.ndim
+        letters = fresh_letters(lead_n + 2 * nd)
+        lead = "".join(letters[:lead_n])
+        p, q = "".join(letters[lead_n:lead_n + ind]), "".join(letters[lead_n + ind:lead_n + nd])
+        p2 = "".join(letters[lead_n + nd:lead_n + nd + ind])
+        q2 = "".join(letters[lead_n + nd + ind:lead_n + 2 * nd])
+        if _is_one(adj):
+            adj = Constant(np.array(1.0))
+        return Scale(-1, Einsum(f"{lead}{q}{p},{q}{p2},{q2}{p}->{lead}{p2}{q2}", adj, node, node))
+    raise InputError(f"no derivative rule for {type(node).__name__} node {node.label}")
+
+
+def _accumulate(parts: list[Node]) -> Node:
+    total = parts[0]
+    for part in parts[1:]:
+        total = Add(total, part)
+    return total
+
+
+def _backprop(y: Node, xs: Sequence[Node], seed: Node, lead_shape: tuple, explicit: bool) -> list[Node]:
+    for x in xs:
+        if not isinstance(x, Node):
+            raise InputError(f"derivative: w.r.t. a {type(x).__name__}; pass graph nodes (Variables)")
+    dep = depends_on([y], xs)
+    pending: dict[int, list[Node]] = {y.uid: [seed]}
+    total: dict[int, Node] = {}
+    lead_n = len(lead_shape)
+    for node in reversed(topological([y])):
+        if node.uid not in pending or node.uid not in dep:
+            continue
+        adj = _accumulate(pending.pop(node.uid))
+        total[node.uid] = adj
+        for k, child in enumerate(node.inputs):
+            if child.uid in dep:
+                pending.setdefault(child.uid, []).append(_rule(node, k, adj, lead_n, explicit))
+    results = []
+    for x in xs:
+        adj = total.get(x.uid)
+        if adj is None:
+            adj = zeros(tuple(lead_shape) + x.shape)
+        elif _is_one(adj):
+            adj = Constant(np.array(1.0))
+        results.append(adj)
+    return results
+
+
+def _as_list(xs) -> tuple[list[Node], bool]:
+    if isinstance(xs, Node):
+        return [xs], True
+    return list(xs), False
+
+
+def vjp(y: Node, xs: Node | Sequence[Node], v: Node) -> Node | list[Node]:
+    """v^T J: the adjoint of each x in `xs` for a cotangent `v` shaped like y."""
+    if v.shape != y.shape:
+        raise ShapeError(f"vjp: cotangent v has shape {v.shape} but y ({y.label}) has shape {y.shape}")
+    xs_list, single = _as_list(xs)
+    out = _backprop(y, xs_list, v, (), explicit=False)
+    return out[0] if single else out
+
+
+def grad(y: Node, xs: Node | Sequence[Node]) -> Node | list[Node]:
+    """Gradient of a scalar y with respect to each x (a graph, one node per x)."""
+    if y.shape != ():
+        raise ShapeError(f"grad: y ({y.label}) has shape {y.shape}, not a scalar; use vjp or jacobian")
+    xs_list, single = _as_list(xs)
+    out = _backprop(y, xs_list, _One(), (), explicit=False)
+    return out[0] if single else out
+
+
+def jvp(y: Node, xs: Node | Sequence[Node], vs: Node | Sequence[Node]) -> Node:
+    """J v by the double-VJP trick of §4.1: the VJP of u -> VJP(u, y, x) taken at v."""
+    xs_list, _ = _as_list(xs)
+    vs_list, _ = _as_list(vs)
+    if len(vs_list) != len(xs_list):
+        raise InputError(f"jvp: {len(xs_list)} inputs but {len(vs_list)} tangents")
+    for x, v in zip(xs_list, vs_list):
+        if x.shape != v.shape:
+            raise ShapeError(f"jvp: tangent {v.label} has shape {v.shape} but {x.label} has shape {x.shape}")
+    u = Variable("_jvp_u", y.shape)
+    gs = _backprop(y, xs_list, u, (), explicit=False)
+    parts = [_backprop(g, [u], v, (), explicit=False)[0] for g, v in zip(gs, vs_list)]
+    result = _accumulate(parts)
+    if u.uid in depends_on([result], [u]):
+        raise InputError("jvp: internal error, the result still depends on the dummy cotangent")
+    return result
+
+
+def hvp(y: Node, xs: Node | Sequence[Node], vs: Node | Sequence[Node]) -> Node | list[Node]:
+    """H v for scalar y: grad(<grad(y, x), v>, x) (§4.1); one node per x."""
+    xs_list, single = _as_list(xs)
+    vs_list, _ = _as_list(vs)
+    if len(vs_list) != len(xs_list):
+        raise InputError(f"hvp: {len(xs_list)} inputs but {len(vs_list)} vectors")
+    gs = grad(y, xs_list)
+    inner = []
+    for g, v, x in zip(gs, vs_list, xs_list):
+        if v.shape != x.shape:
+            raise ShapeError(f"hvp: vector {v.label} has shape {v.shape} but {x.label} has shape {x.shape}")
+        letters = "".join(fresh_letters(x.ndim))
+        inner.append(Einsum(f"{letters},{letters}->", g, v))
+    out = grad(_accumulate(inner), xs_list)
+    return out[0] if single else out
+
+
+def _identity_seed(shape: tuple) -> Node:
+    if shape == ():
+        return _One()
+    letters = fresh_letters(2 * len(shape))
+    a, b = letters[:len(shape)], letters[len(shape):]
+    subs = ",".join(a[j] + b[j] for j in range(len(shape)))
+    return Einsum(f"{subs}->{''.join(a + b)}", *[Identity(s) for s in shape])
+
+
+def jacobian(y: Node, x: Node) -> Node:
+    """Explicit Jacobian of shape y.shape + x.shape, built with Identity nodes (§4.2)."""
+    return _backprop(y, [x], _identity_seed(y.shape), y.shape, explicit=True)[0]
+
+
+def hessian(y: Node, xs: Node | Sequence[Node]) -> list[list[Node]]:
+    """Explicit Hessian blocks H[i][j] of shape x_i.shape + x_j.shape for scalar y."""
+    if y.shape != ():
+        raise ShapeError(f"hessian: y ({y.label}) has shape {y.shape}, not a scalar")
+    xs_list, _ = _as_list(xs)
+    firsts = [jacobian(y, x) for x in xs_list]
+    return [[jacobian(g, xj) for xj in xs_list] for g in firsts]

@@ -1,0 +1,45 @@
+"""Einsum distribution (§5.1): push Add, Sub and Scale out of einsum operands.
+
+    Einsum(dist_op(g1, g2), g3) = dist_op(Einsum(g1, g3), Einsum(g2, g3))
+
+Sum and Transpose are first rewritten as the einsums they are, so every linear node downstream
+is an Einsum, Add, Sub or Scale.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from sparsad.tensor.graph import einsum_view, rewrite
+from sparsad.tensor.nodes import Add, Einsum, Node, Scale, Sub, Sum, Transpose
+
+
+def as_einsum(node: Node) -> Node:
+    """Sum and Transpose nodes as Einsum nodes; other nodes unchanged."""
+    if isinstance(node, (Sum, Transpose)):
+        ins, out = einsum_view(node)
+        return Einsum(",".join(ins) + "->" + out, *node.inputs)
+    return node
+
+
+def _distribute_one(node: Node) -> Node:
+    if not isinstance(node, Einsum):
+        return node
+    for k, operand in enumerate(node.inputs):
+        if isinstance(operand, (Add, Sub)):
+            left = list(node.inputs)
+            right = list(node.inputs)
+            left[k], right[k] = operand.inputs
+            a = _distribute_one(Einsum(node.subscripts, *left))
+            b = _distribute_one(Einsum(node.subscripts, *right))
+            return type(operand)(a, b)
+        if isinstance(operand, Scale):
+            inner = list(node.inputs)
+            inner[k] = operand.inputs[0]
+            return Scale(operand.coef, _distribute_one(Einsum(node.subscripts, *inner)))
+    return node
+
+
+def distribute(nodes: Sequence[Node]) -> list[Node]:
+    """Rewrite so that no Einsum has an Add, Sub or Scale operand (exponential in the worst case,
+    as in the paper; real graphs of derivatives stay small)."""
+    return rewrite(list(nodes), lambda n: _distribute_one(as_einsum(n)))

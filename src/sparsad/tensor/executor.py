@@ -1,0 +1,159 @@
+"""Run einsum graphs on NumPy, PyTorch, JAX or Dask: plan once, run many feeds."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import opt_einsum as oe
+
+from sparsad.errors import FormatError, InputError, ShapeError
+from sparsad.tensor.backends import (
+    check_sparse_backend, densify, get_backend, is_sparse, sparse_einsum, to_pydata,
+)
+from sparsad.tensor.graph import einsum_view, topological
+from sparsad.tensor.nodes import (
+    Add, Constant, Einsum, Elementwise, Identity, Node, Scale, Sub, Sum, TensorInverse, Transpose,
+    Variable,
+)
+
+
+def canonical_subscripts(in_subs: Sequence[str], out: str) -> str:
+    """The same einsum spelled with a, b, c, ... so every backend accepts it."""
+    mapping: dict[str, str] = {}
+    for ch in "".join(in_subs) + out:
+        if ch not in mapping:
+            mapping[ch] = oe.get_symbol(len(mapping))
+    rename = lambda s: "".join(mapping[c] for c in s)  # noqa: E731
+    return ",".join(rename(s) for s in in_subs) + "->" + rename(out)
+
+
+class Executor:
+    """Evaluates `nodes` for many feeds: contraction expressions are planned at construction.
+
+    backend: "numpy" | "torch" | "jax" | "dask". path: opt_einsum strategy ("greedy", "optimal",
+    "auto", ...) for einsums with more than two operands; memory_limit caps intermediate sizes
+    (elements). For "dask", `client` (a dask.distributed Client) computes the results; `chunks`
+    sets how fed NumPy arrays are split.
+    """
+
+    def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "greedy",
+                 memory_limit: int | None = None, dtype=np.float64, client: Any = None,
+                 chunks: Any = "auto"):
+        self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
+        self.backend = get_backend(backend)
+        self.dtype = np.dtype(dtype)
+        self.client = client
+        self.chunks = chunks
+        self.order = topological(self.nodes)
+        self.variables = {n.uid: n for n in self.order if isinstance(n, Variable)}
+        if any(v.sparse for v in self.variables.values()):
+            check_sparse_backend(backend)
+        self._constants = {n.uid: self._constant(n) for n in self.order if isinstance(n, (Constant, Identity))}
+        self._plans = {}
+        for node in self.order:
+            view = einsum_view(node)
+            if isinstance(node, Einsum) and len(node.inputs) > 0:
+                subs = canonical_subscripts(view[0], view[1])
+                shapes = [op.shape for op in node.inputs]
+                self._plans[node.uid] = (subs, oe.contract_expression(
+                    subs, *shapes, optimize=path, memory_limit=memory_limit))
+        self._needed: dict[tuple, list[Node]] = {}
+
+    def _constant(self, node: Node):
+        if isinstance(node, Identity):
+            return self.backend.eye(node.n, self.dtype)
+        return self.backend.asarray(np.asarray(node.value, dtype=self.dtype), self.dtype)
+
+    def _feed(self, var: Variable, value):
+        shape = tuple(getattr(value, "shape", np.shape(value)))
+        if shape != var.shape:
+            raise ShapeError(f"feed for {var.name!r}: shape {shape} does not match the declared {var.shape}")
+        if var.sparse:
+            if not is_sparse(value):
+                raise FormatError(f"feed for {var.name!r}: Variable is declared sparse={var.sparse!r} "
+                                  "but a dense array was given; pass scipy.sparse or pydata sparse")
+            return to_pydata(value).astype(self.dtype)
+        if is_sparse(value):
+            return densify(value, f"feed for dense Variable {var.name!r}")
+        if self.backend.name == "dask":
+            import dask.array as da
+
+            if isinstance(value, da.Array):
+                return value.astype(self.dtype)
+            return da.from_array(np.asarray(value, dtype=self.dtype), chunks=self.chunks)
+        return self.backend.asarray(value, self.dtype)
+
+    def _schedule(self, outs: Sequence[Node]) -> list[Node]:
+        key = tuple(o.uid for o in outs)
+        if key not in self._needed:
+            self._needed[key] = topological(outs)
+        return self._needed[key]
+
+    def run(self, feed_dict: Mapping[Node | str, Any], out: Sequence[Node] | None = None,
+            to_numpy: bool = False) -> list:
+        """Values of `out` (default: all planned nodes) for the given feeds (keyed by Variable or name)."""
+        outs = self.nodes if out is None else list(out)
+        planned = {n.uid for n in self.order}
+        for o in outs:
+            if o.uid not in planned:
+                raise InputError(f"Executor.run: output {o.label} was not among the planned nodes")
+        by_name = {v.name: v for v in self.variables.values()}
+        values: dict[int, Any] = {}
+        for key, value in feed_dict.items():
+            var = by_name.get(key) if isinstance(key, str) else key
+            if var is None or var.uid not in self.variables:
+                name = key if isinstance(key, str) else getattr(key, "label", key)
+                raise InputError(f"Executor.run: feed {name!r} is not a Variable of this graph "
+                                 f"(variables: {sorted(by_name)})")
+            values[var.uid] = self._feed(var, value)
+        schedule = self._schedule(outs)
+        missing = [n.name for n in schedule if isinstance(n, Variable) and n.uid not in values]
+        if missing:
+            raise InputError(f"Executor.run: no value fed for Variable(s) {missing}")
+        for node in schedule:
+            if node.uid not in values:
+                values[node.uid] = self._eval(node, [values[c.uid] for c in node.inputs])
+        results = [values[o.uid] for o in outs]
+        if self.backend.name == "dask":
+            import dask
+
+            if self.client is not None:
+                results = self.client.gather(self.client.compute(results))
+            else:
+                results = list(dask.compute(*results))
+            results = [np.asarray(r) for r in results]
+        elif to_numpy:
+            results = [self.backend.to_numpy(r) if not is_sparse(r) else r for r in results]
+        return results
+
+    def _eval(self, node: Node, args: list):
+        if node.uid in self._constants:
+            return self._constants[node.uid]
+        b = self.backend
+        if isinstance(node, Einsum):
+            subs, expr = self._plans[node.uid]
+            if any(is_sparse(a) for a in args):
+                return sparse_einsum(subs, *args)
+            return expr(*args, backend=b.name)
+        if isinstance(node, Add):
+            return args[0] + args[1]
+        if isinstance(node, Sub):
+            return args[0] - args[1]
+        if isinstance(node, Scale):
+            return float(node.coef) * args[0]
+        if isinstance(node, Elementwise):
+            if is_sparse(args[0]):
+                return b.funcs[node.fn](densify(args[0], f"elementwise {node.fn}"))
+            return b.funcs[node.fn](args[0])
+        if isinstance(node, Sum):
+            return b.sum(args[0], node.axes) if node.axes else args[0]
+        if isinstance(node, Transpose):
+            return b.transpose(args[0], node.perm)
+        if isinstance(node, TensorInverse):
+            return b.tensorinv(densify(args[0], "tensorinv"), node.ind)
+        raise InputError(f"Executor: cannot evaluate {type(node).__name__} node {node.label}")
+
+
+def evaluate(nodes: Node | Sequence[Node], feed_dict: Mapping, backend: str = "numpy", **options) -> list:
+    """One-shot convenience: Executor(nodes, backend).run(feed_dict)."""
+    return Executor(nodes, backend, **options).run(feed_dict)

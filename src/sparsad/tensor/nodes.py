@@ -1,0 +1,573 @@
+"""Immutable nodes of an einsum graph (AutoHOOT §3), checked when they are built.
+
+Every node knows its `shape` and its `inputs`; nothing is ever mutated, so passes build new
+nodes and graphs share sub-graphs freely. Nodes hash and compare by identity: structural
+equality (up to renaming of subscripts) is the business of `sparsad.tensor.cse`.
+"""
+from __future__ import annotations
+
+import itertools
+import numbers
+from typing import Iterable, Sequence
+
+import numpy as np
+from opt_einsum import get_symbol
+
+from sparsad.errors import DerivativeRuleError, FormatError, InputError, ShapeError, UnsupportedError
+
+_ids = itertools.count()
+
+SPARSE_FORMATS = ("coo", "csr")
+
+
+class Node:
+    """Base class: an immutable vertex of an einsum graph."""
+
+    __slots__ = ("inputs", "shape", "uid")
+
+    def __init__(self, inputs: Sequence["Node"], shape: Sequence[int]):
+        for k, operand in enumerate(inputs):
+            if not isinstance(operand, Node):
+                raise InputError(f"{type(self).__name__}: input {k} is a {type(operand).__name__}, "
+                                 "not a graph node; wrap arrays in Constant(...) or declare a Variable")
+        object.__setattr__(self, "inputs", tuple(inputs))
+        object.__setattr__(self, "shape", tuple(int(s) for s in shape))
+        object.__setattr__(self, "uid", next(_ids))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} nodes are immutable; build a new node instead")
+
+    # ----- description -------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def label(self) -> str:
+        """A short human name used in error messages and printed graphs."""
+        return f"{type(self).__name__.lower()}{self.uid}"
+
+    def params(self) -> tuple:
+        """The non-node parameters, enough to rebuild the node from new inputs."""
+        return ()
+
+    def with_inputs(self, inputs: Sequence["Node"]) -> "Node":
+        """The same operation applied to other inputs (the node itself when nothing changed)."""
+        if all(a is b for a, b in zip(inputs, self.inputs)) and len(inputs) == len(self.inputs):
+            return self
+        return type(self)._rebuild(self.params(), tuple(inputs))
+
+    @classmethod
+    def _rebuild(cls, params: tuple, inputs: tuple) -> "Node":
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{self.label} {type(self).__name__} shape={self.shape}>"
+
+    # ----- Python operators -------------------------------------------------------------
+    def __add__(self, other):
+        return Add(self, _as_node(other, self.shape, "+"))
+
+    def __radd__(self, other):
+        return Add(_as_node(other, self.shape, "+"), self)
+
+    def __sub__(self, other):
+        return Sub(self, _as_node(other, self.shape, "-"))
+
+    def __rsub__(self, other):
+        return Sub(_as_node(other, self.shape, "-"), self)
+
+    def __neg__(self):
+        return Scale(-1, self)
+
+    def __mul__(self, other):
+        if isinstance(other, numbers.Number):
+            return Scale(other, self)
+        return _hadamard(self, other)
+
+    def __rmul__(self, other):
+        if isinstance(other, numbers.Number):
+            return Scale(other, self)
+        return _hadamard(other, self)
+
+    def __truediv__(self, other):
+        if isinstance(other, numbers.Number):
+            return Scale(1.0 / other, self)
+        return _hadamard(self, Elementwise("reciprocal", other))
+
+    def __pow__(self, power):
+        if power == 2:
+            return _hadamard(self, self)
+        if power == -1:
+            return Elementwise("reciprocal", self)
+        if power == 0.5:
+            return Elementwise("sqrt", self)
+        raise UnsupportedError(f"x ** {power!r}: only powers 2, -1 and 0.5 are supported; "
+                               "write other powers with einsum and elementwise functions")
+
+    def __matmul__(self, other):
+        if self.ndim == 2 and other.ndim == 2:
+            return einsum("ij,jk->ik", self, other)
+        if self.ndim == 2 and other.ndim == 1:
+            return einsum("ij,j->i", self, other)
+        if self.ndim == 1 and other.ndim == 2:
+            return einsum("j,jk->k", self, other)
+        if self.ndim == 1 and other.ndim == 1:
+            return einsum("j,j->", self, other)
+        raise ShapeError(f"@ needs operands of order 1 or 2, got shapes {self.shape} and {other.shape}; "
+                         "use einsum for higher orders")
+
+    @property
+    def T(self) -> "Node":
+        return Transpose(self, tuple(reversed(range(self.ndim))))
+
+    def sum(self, axes: int | Iterable[int] | None = None) -> "Node":
+        return Sum(self, axes)
+
+
+def _as_node(value, shape, op: str) -> Node:
+    if isinstance(value, Node):
+        return value
+    if isinstance(value, numbers.Number):
+        return Constant(np.full(shape, float(value)))
+    raise InputError(f"operator {op}: cannot combine a node with a {type(value).__name__}; "
+                     "wrap arrays in Constant(...)")
+
+
+def _hadamard(a: Node, b: Node) -> Node:
+    if not isinstance(b, Node) or not isinstance(a, Node):
+        raise InputError("operator *: multiply nodes by nodes or by Python numbers")
+    if a.ndim == 0 or b.ndim == 0:
+        scalar, tensor = (a, b) if a.ndim == 0 else (b, a)
+        letters = "".join(get_symbol(i) for i in range(tensor.ndim))
+        return einsum(f",{letters}->{letters}", scalar, tensor)
+    if a.shape != b.shape:
+        raise ShapeError(f"operator *: shapes {a.shape} ({a.label}) and {b.shape} ({b.label}) differ; "
+                         "elementwise products need equal shapes (use einsum to broadcast)")
+    letters = "".join(get_symbol(i) for i in range(a.ndim))
+    return einsum(f"{letters},{letters}->{letters}", a, b)
+
+
+# ======================================================================================
+# Sources
+# ======================================================================================
+class Variable(Node):
+    """An input fed at run time. `sparse` may be "coo" or "csr" (then feeds stay sparse)."""
+
+    __slots__ = ("name", "sparse")
+
+    def __init__(self, name: str, shape: Sequence[int], sparse: str | None = None):
+        if not isinstance(name, str) or not name:
+            raise InputError("Variable: name must be a non-empty string")
+        shape = tuple(shape)
+        if any((not isinstance(s, numbers.Integral)) or s < 0 for s in shape):
+            raise ShapeError(f"Variable {name!r}: shape {shape} must be non-negative integers")
+        if sparse is not None and sparse not in SPARSE_FORMATS:
+            raise FormatError(f"Variable {name!r}: sparse={sparse!r}; use one of {SPARSE_FORMATS} or None")
+        if sparse == "csr" and len(shape) != 2:
+            raise FormatError(f"Variable {name!r}: CSR needs a matrix, got shape {shape}; use sparse='coo'")
+        super().__init__((), shape)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "sparse", sparse)
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    def params(self):
+        return (self.name, self.shape, self.sparse)
+
+    def __repr__(self):
+        extra = f", sparse={self.sparse!r}" if self.sparse else ""
+        return f"Variable({self.name!r}, {self.shape}{extra})"
+
+
+class Constant(Node):
+    """A fixed array baked into the graph."""
+
+    __slots__ = ("value", "name")
+
+    def __init__(self, value, name: str | None = None):
+        array = np.asarray(value, dtype=np.result_type(np.asarray(value).dtype, np.float32))
+        array.setflags(write=False)
+        super().__init__((), array.shape)
+        object.__setattr__(self, "value", array)
+        object.__setattr__(self, "name", name)
+
+    @property
+    def label(self) -> str:
+        return self.name or f"const{self.uid}"
+
+    def params(self):
+        return (self.value, self.name)
+
+
+class Identity(Node):
+    """The n x n identity matrix (§4.2): the building block of explicit Jacobians."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        if not isinstance(n, numbers.Integral) or n < 0:
+            raise ShapeError(f"Identity: size {n!r} must be a non-negative integer")
+        super().__init__((), (n, n))
+        object.__setattr__(self, "n", int(n))
+
+    def params(self):
+        return (self.n,)
+
+
+def zeros(shape: Sequence[int]) -> Constant:
+    return Constant(np.zeros(tuple(shape)), name="zeros")
+
+
+# ======================================================================================
+# Operations
+# ======================================================================================
+def parse_subscripts(subscripts: str, n_operands: int) -> tuple[tuple[str, ...], str]:
+    """Split 'ij,jk->ik' into (('ij', 'jk'), 'ik'); implicit outputs follow NumPy's rule."""
+    if not isinstance(subscripts, str):
+        raise InputError(f"einsum: subscripts must be a string, got {type(subscripts).__name__}")
+    text = subscripts.replace(" ", "")
+    if "." in text:
+        raise UnsupportedError("einsum: ellipsis '...' is not supported; name every axis")
+    if "->" in text:
+        lhs, out = text.split("->", 1)
+        if "->" in out:
+            raise InputError(f"einsum: subscripts {subscripts!r} contain '->' twice")
+    else:
+        lhs = text
+        counts: dict[str, int] = {}
+        for ch in lhs.replace(",", ""):
+            counts[ch] = counts.get(ch, 0) + 1
+        out = "".join(sorted(ch for ch, c in counts.items() if c == 1))
+    ins = tuple(lhs.split(",")) if (lhs or n_operands > 0) else ()
+    if n_operands == 1 and lhs == "":
+        ins = ("",)
+    if len(ins) != n_operands:
+        raise InputError(f"einsum: subscripts {subscripts!r} name {len(ins)} operand(s) "
+                         f"but {n_operands} operand(s) were given")
+    for sub in ins + (out,):
+        for ch in sub:
+            if not ch.isalpha():
+                raise InputError(f"einsum: subscript character {ch!r} in {subscripts!r} is not a letter")
+    return ins, out
+
+
+class Einsum(Node):
+    """A tensor contraction in Einstein notation over any number of operands."""
+
+    __slots__ = ("in_subs", "out_sub")
+
+    def __init__(self, subscripts: str, *operands: Node):
+        if not operands:
+            raise InputError(f"einsum {subscripts!r}: needs at least one operand")
+        ins, out = parse_subscripts(subscripts, len(operands))
+        sizes: dict[str, tuple[int, int, int]] = {}
+        for k, (sub, op) in enumerate(zip(ins, operands)):
+            if not isinstance(op, Node):
+                raise InputError(f"einsum: operand {k} is a {type(op).__name__}, not a graph node")
+            if len(sub) != op.ndim:
+                raise ShapeError(f"einsum {subscripts!r}: operand {k} ({op.label}, shape {op.shape}) "
+                                 f"has {op.ndim} axes but its subscripts {sub!r} name {len(sub)}")
+            for axis, ch in enumerate(sub):
+                size = op.shape[axis]
+                if ch in sizes and sizes[ch][0] != size:
+                    first_size, first_op, first_axis = sizes[ch]
+                    raise ShapeError(
+                        f"einsum {subscripts!r}: axis {axis} of operand {k} ({op.label}) has size {size} "
+                        f"but subscript {ch!r} has size {first_size} at axis {first_axis} of operand "
+                        f"{first_op} ({operands[first_op].label})")
+                sizes.setdefault(ch, (size, k, axis))
+        if len(set(out)) != len(out):
+            raise InputError(f"einsum {subscripts!r}: output subscripts {out!r} repeat a letter")
+        for ch in out:
+            if ch not in sizes:
+                raise InputError(f"einsum {subscripts!r}: output subscript {ch!r} names no input axis")
+        super().__init__(operands, [sizes[ch][0] for ch in out])
+        object.__setattr__(self, "in_subs", ins)
+        object.__setattr__(self, "out_sub", out)
+
+    @property
+    def subscripts(self) -> str:
+        return ",".join(self.in_subs) + "->" + self.out_sub
+
+    def sizes(self) -> dict[str, int]:
+        """Extent of every subscript letter."""
+        result = {}
+        for sub, op in zip(self.in_subs, self.inputs):
+            for ch, size in zip(sub, op.shape):
+                result[ch] = size
+        return result
+
+    def params(self):
+        return (self.subscripts,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(params[0], *inputs)
+
+
+def einsum(subscripts: str, *operands: Node) -> Einsum:
+    """Build an Einsum node, e.g. ``einsum("ij,jk->ik", A, B)``; shapes are checked now."""
+    return Einsum(subscripts, *operands)
+
+
+def tensordot(a: Node, b: Node, axes: int = 2) -> Einsum:
+    """numpy.tensordot semantics with an integer `axes`: the last `axes` of a meet the first of b."""
+    if axes > a.ndim or axes > b.ndim:
+        raise ShapeError(f"tensordot: axes={axes} exceeds the order of {a.label} ({a.ndim}) or {b.label} ({b.ndim})")
+    la = "".join(get_symbol(i) for i in range(a.ndim))
+    lb = la[a.ndim - axes:] + "".join(get_symbol(a.ndim + i) for i in range(b.ndim - axes))
+    return einsum(f"{la},{lb}->{la[:a.ndim - axes]}{lb[axes:]}", a, b)
+
+
+class _Binary(Node):
+    __slots__ = ()
+    symbol = "?"
+
+    def __init__(self, a: Node, b: Node):
+        super().__init__((a, b), getattr(a, "shape", ()))
+        if a.shape != b.shape:
+            raise ShapeError(f"{type(self).__name__}: shapes {a.shape} ({a.label}) and {b.shape} ({b.label}) "
+                             f"differ at axis {_first_mismatch(a.shape, b.shape)}; "
+                             "no broadcasting: use einsum to expand a tensor first")
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(*inputs)
+
+
+def _first_mismatch(a, b) -> int:
+    for axis, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return axis
+    return min(len(a), len(b))
+
+
+class Add(_Binary):
+    """Elementwise a + b of equal shapes."""
+    __slots__ = ()
+    symbol = "+"
+
+
+class Sub(_Binary):
+    """Elementwise a - b of equal shapes."""
+    __slots__ = ()
+    symbol = "-"
+
+
+class Scale(Node):
+    """coef * x for a real scalar `coef` (a number or a SymPy number)."""
+
+    __slots__ = ("coef",)
+
+    def __init__(self, coef, x: Node):
+        try:
+            float(coef)
+        except (TypeError, ValueError):
+            raise InputError(f"Scale: coefficient {coef!r} is not a real number") from None
+        super().__init__((x,), getattr(x, "shape", ()))
+        object.__setattr__(self, "coef", coef)
+
+    def params(self):
+        return (self.coef,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(params[0], inputs[0])
+
+
+# name -> (NumPy implementation name, derivative builder f'(x) as nodes); rules as data.
+def _d_exp(x):
+    return Elementwise("exp", x)
+
+
+def _d_log(x):
+    return Elementwise("reciprocal", x)
+
+
+def _d_sin(x):
+    return Elementwise("cos", x)
+
+
+def _d_cos(x):
+    return Scale(-1, Elementwise("sin", x))
+
+
+def _d_tanh(x):
+    return Elementwise("sech2", x)
+
+
+def _d_sech2(x):
+    return Scale(-2, _hadamard(Elementwise("sech2", x), Elementwise("tanh", x)))
+
+
+def _d_sqrt(x):
+    return Scale(0.5, Elementwise("reciprocal", Elementwise("sqrt", x)))
+
+
+def _d_reciprocal(x):
+    r = Elementwise("reciprocal", x)
+    return Scale(-1, _hadamard(r, r))
+
+
+def _d_square(x):
+    return Scale(2, x)
+
+
+ELEMENTWISE = {
+    "exp": _d_exp,
+    "log": _d_log,
+    "sin": _d_sin,
+    "cos": _d_cos,
+    "tanh": _d_tanh,
+    "sech2": _d_sech2,
+    "sqrt": _d_sqrt,
+    "reciprocal": _d_reciprocal,
+    "square": _d_square,
+}
+
+
+class Elementwise(Node):
+    """f(x) applied entry by entry, f one of ELEMENTWISE."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: str, x: Node):
+        if fn not in ELEMENTWISE:
+            raise UnsupportedError(f"Elementwise: unknown function {fn!r}; known: {sorted(ELEMENTWISE)}")
+        super().__init__((x,), getattr(x, "shape", ()))
+        object.__setattr__(self, "fn", fn)
+
+    def derivative(self) -> Node:
+        rule = ELEMENTWISE.get(self.fn)
+        if rule is None:
+            raise DerivativeRuleError(f"Elementwise {self.fn!r} has no derivative rule")
+        return rule(self.inputs[0])
+
+    def params(self):
+        return (self.fn,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(params[0], inputs[0])
+
+
+def _make_fn(name):
+    def fn(x: Node) -> Elementwise:
+        return Elementwise(name, x)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise {name}(x)."
+    return fn
+
+
+exp, log, sin, cos, tanh, sqrt, reciprocal, square = (
+    _make_fn(n) for n in ("exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "square"))
+
+
+class Sum(Node):
+    """Sum of x over `axes` (all axes when None)."""
+
+    __slots__ = ("axes",)
+
+    def __init__(self, x: Node, axes: int | Iterable[int] | None = None):
+        if not isinstance(x, Node):
+            raise InputError("Sum: x must be a graph node")
+        if axes is None:
+            axes = tuple(range(x.ndim))
+        elif isinstance(axes, numbers.Integral):
+            axes = (int(axes),)
+        norm = []
+        for a in axes:
+            if not -x.ndim <= a < x.ndim:
+                raise ShapeError(f"Sum: axis {a} is out of range for {x.label} of shape {x.shape}")
+            norm.append(a % x.ndim)
+        if len(set(norm)) != len(norm):
+            raise ShapeError(f"Sum: axes {tuple(axes)} repeat an axis of {x.label}")
+        super().__init__((x,), [s for i, s in enumerate(x.shape) if i not in norm])
+        object.__setattr__(self, "axes", tuple(sorted(norm)))
+
+    def params(self):
+        return (self.axes,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(inputs[0], params[0])
+
+    def as_einsum(self) -> tuple[tuple[str, ...], str]:
+        letters = "".join(get_symbol(i) for i in range(self.inputs[0].ndim))
+        return (letters,), "".join(ch for i, ch in enumerate(letters) if i not in self.axes)
+
+
+class Transpose(Node):
+    """Axes of x permuted: out.shape[i] == x.shape[perm[i]]."""
+
+    __slots__ = ("perm",)
+
+    def __init__(self, x: Node, perm: Sequence[int]):
+        if not isinstance(x, Node):
+            raise InputError("Transpose: x must be a graph node")
+        perm = tuple(int(p) for p in perm)
+        if sorted(perm) != list(range(x.ndim)):
+            raise ShapeError(f"Transpose: perm {perm} is not a permutation of the {x.ndim} axes of {x.label}")
+        super().__init__((x,), [x.shape[p] for p in perm])
+        object.__setattr__(self, "perm", perm)
+
+    def params(self):
+        return (self.perm,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(inputs[0], params[0])
+
+    def as_einsum(self) -> tuple[tuple[str, ...], str]:
+        letters = "".join(get_symbol(i) for i in range(self.inputs[0].ndim))
+        return (letters,), "".join(letters[p] for p in self.perm)
+
+
+def transpose(x: Node, perm: Sequence[int] | None = None) -> Transpose:
+    return Transpose(x, tuple(reversed(range(x.ndim))) if perm is None else perm)
+
+
+class TensorInverse(Node):
+    """numpy.linalg.tensorinv: x of shape P + Q (len(P) == ind) has inverse of shape Q + P."""
+
+    __slots__ = ("ind",)
+
+    def __init__(self, x: Node, ind: int = 2):
+        if not isinstance(x, Node):
+            raise InputError("tensorinv: x must be a graph node")
+        if not 0 < ind < x.ndim:
+            raise ShapeError(f"tensorinv: ind={ind} must split the {x.ndim} axes of {x.label} "
+                             "into two non-empty groups")
+        rows = int(np.prod(x.shape[:ind]))
+        cols = int(np.prod(x.shape[ind:]))
+        if rows != cols:
+            raise ShapeError(f"tensorinv: {x.label} of shape {x.shape} is not square for ind={ind}: "
+                             f"axes 0..{ind - 1} hold {rows} entries but axes {ind}..{x.ndim - 1} hold {cols}")
+        super().__init__((x,), x.shape[ind:] + x.shape[:ind])
+        object.__setattr__(self, "ind", int(ind))
+
+    def params(self):
+        return (self.ind,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(inputs[0], params[0])
+
+
+def tensorinv(x: Node, ind: int | None = None) -> TensorInverse:
+    """Tensor inverse; `ind` defaults to half the order (a Hessian of shape X.shape + X.shape)."""
+    if ind is None:
+        if x.ndim % 2:
+            raise ShapeError(f"tensorinv: {x.label} has odd order {x.ndim}; pass ind explicitly")
+        ind = x.ndim // 2
+    return TensorInverse(x, ind)
+
+
+# Sources are rebuilt from their own parameters (they have no inputs to replace).
+Variable._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1], params[2]))
+Constant._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1]))
+Identity._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))

@@ -1,0 +1,76 @@
+"""The graph optimizer of Algorithm 1, passes in the paper's order.
+
+    G = FuseAllEinsum(Distribution(G))            OPT1: longer einsums
+    G = SymbolicExecution(G)                      OPT2: inverses, identities, SymPy (to a fixpoint)
+    G = OptContractPath(G)                        path selection (or dimension trees)
+    OG = CSE(G)                                   OPT3
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from sparsad.tensor.contract_path import contraction_paths
+from sparsad.tensor.cse import Canonicalizer, cse
+from sparsad.tensor.dimension_tree import dimension_tree as constrain_dimension_tree
+from sparsad.tensor.distribute import distribute
+from sparsad.tensor.fuse import fuse
+from sparsad.tensor.inverse import decompose_inverses
+from sparsad.tensor.nodes import Node
+from sparsad.tensor.prune import prune
+from sparsad.tensor.simplify import simplify
+
+PASSES = ("fuse", "symbolic", "path", "cse")
+
+
+def longer_einsums(nodes: Sequence[Node]) -> list[Node]:
+    """OPT1: distribution then fusion."""
+    return fuse(distribute(nodes))
+
+
+def symbolic(nodes: Sequence[Node], max_rounds: int = 8) -> list[Node]:
+    """OPT2: prune inverses and identities, split structured inverses, collect terms; repeat
+    (with distribution and fusion in between) until the graph stops changing."""
+    graph = list(nodes)
+    canon = Canonicalizer()
+    before = [canon.id(n) for n in graph]
+    for _ in range(max_rounds):
+        graph = prune(graph)
+        graph = decompose_inverses(graph)
+        graph = longer_einsums(graph)
+        graph = prune(graph)
+        graph = simplify(graph)
+        graph = longer_einsums(graph)
+        after = [canon.id(n) for n in graph]
+        if after == before:
+            break
+        before = after
+    return graph
+
+
+def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, path: str = "greedy",
+             memory_limit: int | None = None, dimension_tree: Sequence[Node] | None = None):
+    """The optimized graph (same values, cheaper): returns a node for a node, a list for a list.
+
+    passes: any subset of ("fuse", "symbolic", "path", "cse"). path: opt_einsum strategy
+    ("greedy", "optimal", ...). memory_limit: largest intermediate (elements) a path may plan.
+    dimension_tree: sites A_1..A_N when nodes[i] updates A_i in an alternating sweep (§5.4).
+    """
+    single = isinstance(nodes, Node)
+    graph = [nodes] if single else list(nodes)
+    unknown = set(passes) - set(PASSES)
+    if unknown:
+        from sparsad.errors import InputError
+
+        raise InputError(f"optimize: unknown passes {sorted(unknown)}; choose from {PASSES}")
+    if "fuse" in passes:
+        graph = longer_einsums(graph)
+    if "symbolic" in passes:
+        graph = symbolic(graph)
+    if "path" in passes:
+        if dimension_tree is not None:
+            graph = constrain_dimension_tree(graph, list(dimension_tree), path, memory_limit)
+        else:
+            graph = contraction_paths(graph, path, memory_limit)
+    if "cse" in passes:
+        graph = cse(graph)
+    return graph[0] if single else graph
