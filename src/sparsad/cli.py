@@ -72,6 +72,35 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_grad(args) -> int:
+    from sparsad.ad.api import grad, jacobian
+
+    types = dict(t.split("=", 1) for t in args.type or [])
+    from sparsad.lang.program import program
+
+    prog = program(_program_text(args.program), types)
+    make = jacobian if args.jacobian else grad
+    derivative = make(prog, wrt=args.wrt, mode=args.mode)
+    inputs = dict(load_input(spec) for spec in args.input or [])
+    if args.show or not inputs:
+        if args.mode == "auto" and not args.jacobian:
+            # the paper's `gradient e x` (Fig. 7, §4.3), then what mode="auto" runs
+            paper = make(prog, wrt=args.wrt, mode="tensorized")
+            print("# gradient e x, tensorized forward mode (∇SD Fig. 7):")
+            print(paper.show("derivative"))
+            print(f"\n# mode=auto runs {derivative.resolved_mode()} mode:")
+        print(derivative.show("derivative"))
+    if inputs:
+        result = derivative(out_format=args.out_format, **inputs)
+        if isinstance(result, dict) and len(args.wrt) > 1:
+            for name, value in result.items():
+                print(f"d/d{name}:")
+                _print_value(value, None)
+        else:
+            _print_value(result, args.output)
+    return 0
+
+
 def cmd_check(args) -> int:
     from sparsad.lang.program import program
 
@@ -122,6 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
                      choices=["natural", "dense", "csr", "csc", "coo", "dict"])
     run.add_argument("-o", "--output", help="write the result to a .npy or .mtx file")
     run.set_defaults(func=cmd_run)
+
+    grad = sub.add_parser("grad", help="differentiate a program; print the derivative and, given inputs, its value")
+    grad.add_argument("program", help="program text or a file holding it")
+    grad.add_argument("--wrt", action="append", required=True, help="input to differentiate by (repeatable)")
+    grad.add_argument("-i", "--input", action="append", metavar="NAME=FILE|VALUE")
+    grad.add_argument("-t", "--type", action="append", metavar="NAME=TYPE", help="declare an input's type")
+    grad.add_argument("--mode", default="auto", choices=["auto", "reverse", "tensorized", "forward"])
+    grad.add_argument("--jacobian", action="store_true", help="the Jacobian of a non-scalar program")
+    grad.add_argument("--show", action="store_true", help="print the derivative program even with inputs")
+    grad.add_argument("--out-format", default="natural", choices=["natural", "dense", "csr", "csc", "coo", "dict"])
+    grad.add_argument("-o", "--output", help="write the result to a .npy or .mtx file")
+    grad.set_defaults(func=cmd_grad)
 
     check = sub.add_parser("check", help="parse and type-check a program")
     check.add_argument("program")

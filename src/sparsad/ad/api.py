@@ -20,6 +20,7 @@ from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Lookup, S
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import REAL, Dict, Real, Type, Zero, tensor_order, type_to_text
 from sparsad.opt.dce import eliminate_dead_lets
+from sparsad.opt.inline import inline_atoms
 
 MODES = ("auto", "reverse", "tensorized", "forward")
 
@@ -185,7 +186,7 @@ class Derivative(Program):
             if self.kind == "vjp":
                 all_types[self.seed_name] = out
             adjoint = reverse(expr, wrt, seed, all_types)
-            return eliminate_dead_lets(mask_to_pattern(adjoint, wrt, _order(types[wrt])))
+            return eliminate_dead_lets(inline_atoms(mask_to_pattern(adjoint, wrt, _order(types[wrt]))))
         if mode == "tensorized":
             return gradient(expr, wrt, types)
         raise ValueError(f"unknown mode {mode!r}")

@@ -1,0 +1,28 @@
+"""Copy propagation: `let x = a in body` with a constant or variable `a` becomes body[x := a]."""
+from __future__ import annotations
+
+from sparsad.lang.rebuild import map_children, substitute
+from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var, walk
+
+
+def _bound_names(expr: Expr) -> set[str]:
+    names: set[str] = set()
+    for node in walk(expr):
+        if isinstance(node, Sum):
+            names.update((node.key, node.val))
+        elif isinstance(node, Let):
+            names.add(node.name)
+        elif isinstance(node, LetTuple):
+            names.update(node.names)
+    return names
+
+
+def inline_atoms(expr: Expr) -> Expr:
+    """The same program with let-bound constants and variable copies substituted in place."""
+    expr = map_children(expr, inline_atoms)
+    if isinstance(expr, Let) and isinstance(expr.value, (Const, EmptyDict, Var)):
+        value = expr.value
+        if isinstance(value, Var) and value.name in _bound_names(expr.body):
+            return expr  # substituting would be captured by an inner binder
+        return substitute(expr.body, expr.name, value)
+    return expr
