@@ -91,8 +91,8 @@ class _Printer:
                 return "not " + self.operand(o, 4, depth)
             case Neg(operand=o):
                 inner = self.operand(o, 4, depth)
-                if isinstance(o, Const) and not inner.startswith("("):
-                    inner = "(" + inner + ")"  # keep -(2) apart from the literal -2
+                if inner[:1].isdigit() or inner[:1] == ".":
+                    inner = "(" + inner + ")"  # keep -(2) and -(2(i)) apart from the literal -2
                 return "-" + inner
             case Binary(op=op, left=l, right=r):
                 level = _LEVEL[op]
