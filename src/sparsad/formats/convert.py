@@ -22,7 +22,11 @@ from sparsad.formats.validate import check_range, check_shape, validate_fields, 
 def from_arrays(fmt: Format | str, shape: Any, name: str | None = None, **fields: Any) -> StoredTensor:
     """A StoredTensor from raw physical arrays, validated (e.g. `from_arrays('csr', (3, 4),
     pos=..., idx=..., val=...)`); dense extents and the root's `len` may be omitted."""
-    fmt = resolve(fmt, len(tuple(shape)) if _is_sequence(shape) else -1) if isinstance(fmt, str) else fmt
+    if isinstance(fmt, str):
+        try:
+            fmt = resolve(fmt, len(tuple(shape)) if _is_sequence(shape) else 2)
+        except FormatError as error:
+            raise FormatError(f"input {name!r} ({fmt}): {error}" if name else str(error)) from None
     shape, checked = validate_fields(fmt, shape, fields, name)
     return StoredTensor(fmt, shape, checked)
 
@@ -100,8 +104,7 @@ def _from_numpy(array: np.ndarray, format, name, label) -> StoredTensor:
 
 
 def _from_scipy(matrix, format, name, label) -> StoredTensor:
-    value_array(matrix.data if hasattr(matrix, "data") and matrix.format != "dok" else
-                np.zeros(0, matrix.dtype), label)  # dtype check before any work
+    value_array(np.zeros(0, matrix.dtype), label)  # dtype check before any work
     if format is None:
         kind = matrix.format
         format = {"csr": CSR, "csc": CSC}.get(kind) if matrix.ndim == 2 else None
@@ -112,7 +115,10 @@ def _from_scipy(matrix, format, name, label) -> StoredTensor:
         arrays = [matrix.indices] if matrix.format != "coo" else list(matrix.coords)
         if all(a.dtype == np.int32 for a in arrays):
             index_dtype = np.int32
-    as_coo = matrix.tocoo()
+    try:
+        as_coo = matrix.tocoo()
+    except ValueError as error:  # scipy's own consistency checks (indices out of range, ...)
+        raise FormatError(f"{label}: inconsistent scipy.sparse {matrix.format} matrix: {error}") from None
     coords = np.array(as_coo.coords, dtype=np.int64).reshape(len(matrix.shape), -1)
     return from_coordinates(coords, as_coo.data, matrix.shape, format, name, index_dtype)
 
@@ -128,7 +134,7 @@ def _from_torch(tensor, format, name, label) -> StoredTensor:
     layout = tensor.layout
     if layout == torch.strided:
         return _from_numpy(tensor.cpu().resolve_conj().numpy(), format, name, label)
-    if tensor.dense_dim() if layout == torch.sparse_coo else tensor.values().dim() > 1:
+    if tensor.dense_dim() > 0:
         raise UnsupportedError(f"{label}: hybrid sparse torch tensors (dense trailing dimensions) "
                                f"are not supported; convert with .to_dense() or flatten the values")
     if format is None:
