@@ -46,7 +46,7 @@ def _torch() -> Backend:
     dtypes = {np.dtype("float64"): torch.float64, np.dtype("float32"): torch.float32}
 
     def asarray(a, dt):
-        return torch.as_tensor(np.asarray(a), dtype=dtypes[np.dtype(dt)])
+        return torch.as_tensor(np.array(a, dtype=dt), dtype=dtypes[np.dtype(dt)])
 
     return Backend("torch", asarray, lambda n, dt: torch.eye(n, dtype=dtypes[np.dtype(dt)]),
                    _elementwise(torch), lambda a, ax: a.sum(dim=ax) if ax else a,

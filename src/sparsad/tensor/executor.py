@@ -100,11 +100,17 @@ class Executor:
         by_name = {v.name: v for v in self.variables.values()}
         values: dict[int, Any] = {}
         for key, value in feed_dict.items():
-            var = by_name.get(key) if isinstance(key, str) else key
-            if var is None or var.uid not in self.variables:
-                name = key if isinstance(key, str) else getattr(key, "label", key)
-                raise InputError(f"Executor.run: feed {name!r} is not a Variable of this graph "
-                                 f"(variables: {sorted(by_name)})")
+            if isinstance(key, str):
+                var = by_name.get(key)
+                if var is None:
+                    raise InputError(f"Executor.run: feed {key!r} names no Variable of this graph "
+                                     f"(variables: {sorted(by_name)})")
+            elif isinstance(key, Variable):
+                if key.uid not in self.variables:
+                    continue  # a shared feed dict may hold variables other graphs need
+                var = key
+            else:
+                raise InputError(f"Executor.run: feed keys must be Variables or names, got {type(key).__name__}")
             values[var.uid] = self._feed(var, value)
         schedule = self._schedule(outs)
         missing = [n.name for n in schedule if isinstance(n, Variable) and n.uid not in values]
