@@ -1,0 +1,116 @@
+"""Bilinear sparse products as term lists, and their evaluation on NumPy arrays.
+
+Every product in this package (SpMV, SpMM, SpGEMM, their transposes and the masked outer
+products of their gradients) is one `Terms` object evaluated towards one of its three roles:
+
+    out[idx[o][t]] += x[idx[x][t]] * y[idx[y][t]]     for every term t
+
+One role (`scalar`) holds one number per index (the values of a sparse operand); the other two
+hold a row of `C` channels each. Evaluating towards the scalar role is a masked dot product
+(the gradient of sparse values); towards a channel role it is a scaled gather. The derivative of
+an evaluation towards role o with respect to the operand of role x is the evaluation of the same
+terms towards role x, which is why one forward rule and one term list serve every order of
+derivative (VJP: evaluate towards the operand's role; JVP: the product rule).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from sparsad.ops import kernels
+from sparsad.ops.pattern import CSRPattern
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The terms grouped by output index: `seg` pointers, and indices into the two input roles."""
+
+    kind: str  # "csr": u is read in order; "single": one term per output; "generic"
+    u_role: int
+    v_role: int
+    seg: np.ndarray | None
+    iu: np.ndarray | None
+    iv: np.ndarray
+
+
+class Terms:
+    """Term list of a bilinear sparse product (see the module docstring)."""
+
+    def __init__(self, idx: tuple[np.ndarray, np.ndarray, np.ndarray], sizes: tuple[int, int, int],
+                 scalar: int = 0, plans: dict[int, Plan] | None = None):
+        self.idx = tuple(np.ascontiguousarray(i, dtype=np.int64) for i in idx)
+        self.sizes = tuple(int(s) for s in sizes)
+        self.scalar = scalar
+        self._plans = dict(plans or {})
+
+    @property
+    def n_terms(self) -> int:
+        return int(self.idx[0].shape[0])
+
+    def roles_into(self, out: int) -> tuple[int, int]:
+        """(u_role, v_role) feeding role `out`: the scalar role first when out is a channel role."""
+        rest = [r for r in range(3) if r != out]
+        if out != self.scalar:
+            rest.sort(key=lambda r: r != self.scalar)
+        return rest[0], rest[1]
+
+    def plan(self, out: int) -> Plan:
+        if out not in self._plans:
+            u_role, v_role = self.roles_into(out)
+            order = np.argsort(self.idx[out], kind="stable")
+            seg = np.zeros(self.sizes[out] + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.idx[out], minlength=self.sizes[out]), out=seg[1:])
+            self._plans[out] = Plan("generic", u_role, v_role, seg,
+                                    self.idx[u_role][order], self.idx[v_role][order])
+        return self._plans[out]
+
+    @cached_property
+    def torch_cache(self) -> dict:
+        """Device copies of the index arrays, filled by the PyTorch bridge."""
+        return {}
+
+
+def spmm_terms(pattern: CSRPattern) -> Terms:
+    """Terms of A @ X: role 0 = values of A, role 1 = rows of X (columns of A), role 2 = rows of A X."""
+    return pattern.__dict__.get("_spmm_terms") or _make_spmm_terms(pattern)
+
+
+def _make_spmm_terms(pattern: CSRPattern) -> Terms:
+    nnz = pattern.nnz
+    entries = np.arange(nnz, dtype=np.int64)
+    plans = {
+        2: Plan("csr", 0, 1, pattern.indptr.astype(np.int64), None, pattern.indices.astype(np.int64)),
+        0: Plan("single", 1, 2, None, pattern.indices.astype(np.int64), pattern.rows),
+    }
+    transposed, perm = pattern.transpose
+    plans[1] = Plan("generic", 0, 2, transposed.indptr.astype(np.int64), perm.astype(np.int64),
+                    transposed.indices.astype(np.int64))
+    terms = Terms((entries, pattern.indices, pattern.rows), (nnz, pattern.shape[1], pattern.shape[0]),
+                  scalar=0, plans=plans)
+    pattern.__dict__["_spmm_terms"] = terms
+    return terms
+
+
+def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndarray:
+    """Evaluate `terms` towards role `out` from the operands of the two other roles.
+
+    Scalar-role operands are 1-D (size,), channel-role operands 2-D (size, C) and C-contiguous.
+    """
+    plan = terms.plan(out)
+    u, v = operands[plan.u_role], operands[plan.v_role]
+    dtype = np.result_type(u, v)
+    if out == terms.scalar:
+        result = np.zeros(terms.sizes[out], dtype=dtype)
+        if plan.kind == "single":
+            kernels.masked_dot(plan.iu, plan.iv, u, v, result)
+        else:
+            kernels.dot_scatter(plan.seg, plan.iu, plan.iv, u, v, result)
+        return result
+    result = np.zeros((terms.sizes[out], v.shape[1]), dtype=dtype)
+    if plan.kind == "csr":
+        kernels.csr_scale(plan.seg, plan.iv, u, v, result)
+    else:
+        kernels.scale_scatter(plan.seg, plan.iu, plan.iv, u, v, result)
+    return result

@@ -1,0 +1,137 @@
+"""Numba kernels (CPU, parallel over output rows where it pays). Inputs are trusted: validate first.
+
+Two scatter kernels cover every bilinear sparse product and all of their derivatives:
+`scale_scatter` (out[r, :] = sum_t u[iu[t]] * v[iv[t], :]) and `dot_scatter`
+(out[r] = sum_t u[iu[t], :] . v[iv[t], :]), each over a term list grouped by output (`seg`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def scale_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
+    channels = v.shape[1]
+    for r in prange(seg.shape[0] - 1):
+        if channels == 1:
+            acc = out[r, 0]
+            for t in range(seg[r], seg[r + 1]):
+                acc += u[iu[t]] * v[iv[t], 0]
+            out[r, 0] = acc
+        else:
+            for t in range(seg[r], seg[r + 1]):
+                s = u[iu[t]]
+                j = iv[t]
+                for c in range(channels):
+                    out[r, c] += s * v[j, c]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def csr_scale(indptr, indices, data, v, out):  # pragma: no cover - compiled
+    """scale_scatter when terms are CSR entries in order (iu = arange): A @ V, one less indirection."""
+    channels = v.shape[1]
+    for r in prange(indptr.shape[0] - 1):
+        if channels == 1:
+            acc = out[r, 0]
+            for t in range(indptr[r], indptr[r + 1]):
+                acc += data[t] * v[indices[t], 0]
+            out[r, 0] = acc
+        else:
+            for t in range(indptr[r], indptr[r + 1]):
+                s = data[t]
+                j = indices[t]
+                for c in range(channels):
+                    out[r, c] += s * v[j, c]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def dot_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
+    channels = u.shape[1]
+    for r in prange(seg.shape[0] - 1):
+        acc = out[r]
+        for t in range(seg[r], seg[r + 1]):
+            i = iu[t]
+            j = iv[t]
+            for c in range(channels):
+                acc += u[i, c] * v[j, c]
+        out[r] = acc
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def masked_dot(rows, cols, u, v, out):  # pragma: no cover - compiled
+    """dot_scatter with one term per output: out[p] = u[rows[p], :] . v[cols[p], :] (SDDMM)."""
+    channels = u.shape[1]
+    for p in prange(rows.shape[0]):
+        i = rows[p]
+        j = cols[p]
+        acc = 0.0
+        for c in range(channels):
+            acc += u[i, c] * v[j, c]
+        out[p] = acc
+
+
+@njit(cache=True, nogil=True)
+def csr_trisolve(indptr, indices, data, b, lower, unit, out):  # pragma: no cover - compiled
+    """Solve T out = b for triangular CSR T (rows in order for lower, reverse for upper).
+
+    Entries on the wrong side of the diagonal must not be present (validated by the caller);
+    with `unit`, stored diagonal entries are ignored and taken as 1.
+    """
+    n = indptr.shape[0] - 1
+    channels = b.shape[1]
+    acc = np.empty(channels, dtype=out.dtype)
+    for step in range(n):
+        i = step if lower else n - 1 - step
+        for c in range(channels):
+            acc[c] = b[i, c]
+        diag = 1.0
+        for t in range(indptr[i], indptr[i + 1]):
+            j = indices[t]
+            if j == i:
+                if not unit:
+                    diag = data[t]
+            else:
+                a = data[t]
+                for c in range(channels):
+                    acc[c] -= a * out[j, c]
+        for c in range(channels):
+            out[i, c] = acc[c] / diag
+
+
+@njit(cache=True, nogil=True)
+def spgemm_terms(a_indptr, a_indices, b_indptr, b_indices, c_indptr, c_indices, n_cols):  # pragma: no cover
+    """Triplets (a-entry, b-entry, c-entry) of C = A B, grouped by row of C and sorted by c-entry."""
+    m = a_indptr.shape[0] - 1
+    total = 0
+    for p in range(a_indptr[m]):
+        k = a_indices[p]
+        total += b_indptr[k + 1] - b_indptr[k]
+    ta = np.empty(total, dtype=np.int64)
+    tb = np.empty(total, dtype=np.int64)
+    tc = np.empty(total, dtype=np.int64)
+    where = np.full(n_cols, -1, dtype=np.int64)
+    count = np.zeros(c_indptr[m] + 1, dtype=np.int64)  # terms per c-entry, then offsets
+    for i in range(m):
+        for q in range(c_indptr[i], c_indptr[i + 1]):
+            where[c_indices[q]] = q
+        for p in range(a_indptr[i], a_indptr[i + 1]):
+            k = a_indices[p]
+            for q in range(b_indptr[k], b_indptr[k + 1]):
+                count[where[b_indices[q]] + 1] += 1
+    for r in range(c_indptr[m]):
+        count[r + 1] += count[r]
+    fill = count[:-1].copy()
+    for i in range(m):
+        for q in range(c_indptr[i], c_indptr[i + 1]):
+            where[c_indices[q]] = q
+        for p in range(a_indptr[i], a_indptr[i + 1]):
+            k = a_indices[p]
+            for q in range(b_indptr[k], b_indptr[k + 1]):
+                r = where[b_indices[q]]
+                t = fill[r]
+                ta[t] = p
+                tb[t] = q
+                tc[t] = r
+                fill[r] = t + 1
+    return ta, tb, tc, count

@@ -1,0 +1,25 @@
+"""PyTorch bridge: SparseMatrix (CSR pattern + differentiable values) and sparse linear algebra.
+
+Gradient convention: masked. The gradient with respect to a SparseMatrix lives on its pattern
+(`A.grad` is a SparseMatrix with A's pattern); see docs/torch.md.
+"""
+from sparsad.torch.linalg import (
+    add,
+    diagonal,
+    gcn_norm,
+    identity,
+    row_sum,
+    scale,
+    scale_rows_cols,
+    spgemm,
+    spmm,
+    spmv,
+    transpose,
+)
+from sparsad.torch.matrix import DenseResultWarning, SparseMatrix
+from sparsad.torch.solve import cg, spsolve, triangular_solve
+
+__all__ = [
+    "SparseMatrix", "DenseResultWarning", "spmv", "spmm", "spgemm", "add", "scale", "transpose",
+    "diagonal", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
+]

@@ -1,0 +1,193 @@
+"""Differentiable sparse linear algebra on SparseMatrix: products, sums, structure ops, GCN norm.
+
+All ops follow the masked gradient convention: a SparseMatrix operand receives its gradient on
+its own pattern. Gradients of gradients work (the backward passes are built from the same ops).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from sparsad.errors import DTypeError, InputError, ShapeError, UnsupportedError
+from sparsad.ops.contract import spmm_terms
+from sparsad.torch._autograd import contract
+from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
+
+Scalar = Any  # float or 0-d tensor
+
+
+def _index(pattern_array: np.ndarray, device: torch.device, cache_owner, key: str) -> torch.Tensor:
+    cache = cache_owner.__dict__.setdefault("_torch_index", {})
+    if (key, device) not in cache:
+        cache[(key, device)] = torch.tensor(pattern_array, dtype=torch.int64, device=device)
+    return cache[(key, device)]
+
+
+def check_dense(A: SparseMatrix, x: Any, name: str, length: int, axis: int, what: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise InputError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise UnsupportedError(f"{name} must be a dense tensor, got layout {x.layout}; wrap sparse operands "
+                               "in SparseMatrix")
+    if x.dtype != A.dtype:
+        raise DTypeError(f"{name} has dtype {x.dtype} but the matrix has {A.dtype}; convert one of them")
+    if x.device != A.device:
+        raise InputError(f"{name} is on {x.device} but the matrix is on {A.device}; move one with .to()")
+    if x.ndim == 0 or x.shape[axis] != length:
+        raise ShapeError(f"{name} has shape {tuple(x.shape)}; its {what} must be {length}")
+    return x
+
+
+def _check_scalar(value: Scalar, name: str, A: SparseMatrix) -> Scalar:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ShapeError(f"{name} must be a scalar (0-d tensor or float), got shape {tuple(value.shape)}")
+        return value.reshape(())
+    if isinstance(value, (int, float, np.floating, np.integer)):
+        return float(value)
+    raise InputError(f"{name} must be a float or a 0-d tensor, got {type(value).__name__}")
+
+
+def _matmul_2d(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
+    """A @ X for 2-D X (cols, C)."""
+    return contract(spmm_terms(A.pattern), 2, {0: A.values, 1: X})
+
+
+def spmm(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
+    """Sparse @ dense: X of shape (n,), (n, C) or batched (..., n, C); result has m rows in place of n."""
+    A = as_sparse_matrix(A, "A")
+    if isinstance(X, torch.Tensor) and X.ndim == 1:
+        return spmv(A, X)
+    axis = -2
+    X = check_dense(A, X, "X", A.shape[1], axis if (isinstance(X, torch.Tensor) and X.ndim >= 2) else 0,
+                    "row count (second-to-last dimension)")
+    if X.ndim == 2:
+        return _matmul_2d(A, X)
+    batch = X.shape[:-2]
+    flat = X.movedim(-2, 0).reshape(A.shape[1], -1)
+    out = _matmul_2d(A, flat).reshape(A.shape[0], *batch, X.shape[-1])
+    return out.movedim(0, -2)
+
+
+def spmv(A: SparseMatrix, x: torch.Tensor, alpha: Scalar = 1.0, beta: Scalar = 0.0,
+         y: torch.Tensor | None = None) -> torch.Tensor:
+    """w = alpha A x + beta y, differentiable in A's values (masked), x, y, alpha and beta."""
+    A = as_sparse_matrix(A, "A")
+    x = check_dense(A, x, "x", A.shape[1], 0, "length")
+    if x.ndim != 1:
+        raise ShapeError(f"x must be 1-D for spmv, got shape {tuple(x.shape)}; use spmm for matrices")
+    alpha = _check_scalar(alpha, "alpha", A)
+    beta = _check_scalar(beta, "beta", A)
+    w = _matmul_2d(A, x[:, None])[:, 0]
+    if not (isinstance(alpha, float) and alpha == 1.0):
+        w = alpha * w
+    if y is not None:
+        y = check_dense(A, y, "y", A.shape[0], 0, "length")
+        if y.ndim != 1:
+            raise ShapeError(f"y must be 1-D, got shape {tuple(y.shape)}")
+        w = w + beta * y
+    elif isinstance(beta, torch.Tensor) or beta != 0.0:
+        raise InputError("beta is given but y is None; pass y (the vector beta scales) or drop beta")
+    return w
+
+
+def spgemm(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
+    """Sparse @ sparse with masked gradients for both operands (structural output pattern, cached)."""
+    A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
+    _same_kind(A, B)
+    pattern, terms = A.pattern.matmul(B.pattern)
+    values = contract(terms, 2, {0: A.values, 1: B.values[:, None]})[:, 0]
+    return SparseMatrix._wrap(pattern, values)
+
+
+def _same_kind(A: SparseMatrix, B: SparseMatrix) -> None:
+    if A.dtype != B.dtype:
+        raise DTypeError(f"A has dtype {A.dtype} but B has {B.dtype}; convert one with .to(dtype=...)")
+    if A.device != B.device:
+        raise InputError(f"A is on {A.device} but B is on {B.device}; move one with .to(device)")
+
+
+def add(A: SparseMatrix, B: SparseMatrix, alpha: Scalar = 1.0, beta: Scalar = 1.0) -> SparseMatrix:
+    """alpha A + beta B on the union pattern; gradients to both patterns and to alpha and beta.
+
+    d/d alpha = <V, A> summed over A's pattern (not the plain sum of A's entries).
+    """
+    A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
+    _same_kind(A, B)
+    alpha, beta = _check_scalar(alpha, "alpha", A), _check_scalar(beta, "beta", A)
+    pattern, map_a, map_b = A.pattern.union(B.pattern)
+    dev = A.device
+    ia = _index(map_a, dev, pattern, f"add_a{id(A.pattern)}")
+    ib = _index(map_b, dev, pattern, f"add_b{id(B.pattern)}")
+    values = torch.zeros(pattern.nnz, dtype=A.dtype, device=dev)
+    values = values.index_add(0, ia, alpha * A.values).index_add(0, ib, beta * B.values)
+    return SparseMatrix._wrap(pattern, values)
+
+
+def scale(A: SparseMatrix, alpha: Scalar) -> SparseMatrix:
+    """alpha A (same pattern)."""
+    A = as_sparse_matrix(A, "A")
+    return SparseMatrix._wrap(A.pattern, _check_scalar(alpha, "alpha", A) * A.values)
+
+
+def transpose(A: SparseMatrix) -> SparseMatrix:
+    """A^T as CSR: a differentiable permutation of the values (A.T.T shares A's pattern)."""
+    A = as_sparse_matrix(A, "A")
+    pattern, perm = A.pattern.transpose
+    return SparseMatrix._wrap(pattern, A.values[_index(perm, A.device, A.pattern, "perm")])
+
+
+def diagonal(A: SparseMatrix) -> torch.Tensor:
+    """The main diagonal as a dense vector (zero where not stored); gradient to the diagonal entries."""
+    A = as_sparse_matrix(A, "A")
+    pos = A.pattern.diagonal_positions
+    found = _index(np.flatnonzero(pos >= 0), A.device, A.pattern, "diag_rows")
+    where = _index(pos[pos >= 0], A.device, A.pattern, "diag_pos")
+    out = torch.zeros(pos.shape[0], dtype=A.dtype, device=A.device)
+    return out.index_put((found,), A.values[where])
+
+
+def row_sum(A: SparseMatrix) -> torch.Tensor:
+    """Sum of each row (A 1) as a dense vector."""
+    A = as_sparse_matrix(A, "A")
+    rows = _index(A.pattern.rows, A.device, A.pattern, "rows")
+    return torch.zeros(A.shape[0], dtype=A.dtype, device=A.device).index_add(0, rows, A.values)
+
+
+def identity(n: int, *, dtype: torch.dtype = torch.float64, device: Any = None) -> SparseMatrix:
+    """The n x n identity as a SparseMatrix."""
+    from sparsad.ops.pattern import CSRPattern
+
+    pattern = CSRPattern(np.arange(n + 1), np.arange(n), (n, n), check=False)
+    return SparseMatrix._wrap(pattern, torch.ones(n, dtype=dtype, device=device))
+
+
+def scale_rows_cols(A: SparseMatrix, left: torch.Tensor | None, right: torch.Tensor | None) -> SparseMatrix:
+    """diag(left) A diag(right), differentiable in A's values and both scalings."""
+    A = as_sparse_matrix(A, "A")
+    values = A.values
+    if left is not None:
+        left = check_dense(A, left, "left", A.shape[0], 0, "length")
+        values = values * left[_index(A.pattern.rows, A.device, A.pattern, "rows")]
+    if right is not None:
+        right = check_dense(A, right, "right", A.shape[1], 0, "length")
+        values = values * right[_index(A.pattern.indices, A.device, A.pattern, "cols")]
+    return SparseMatrix._wrap(A.pattern, values)
+
+
+def gcn_norm(A: SparseMatrix, add_self_loops: bool = True) -> SparseMatrix:
+    """D^-1/2 (A + I) D^-1/2 with D the row sums of A + I (Kipf & Welling), differentiable in A.
+
+    Rows whose degree is zero (possible only without self loops) are left at zero.
+    """
+    A = as_sparse_matrix(A, "A")
+    if A.shape[0] != A.shape[1]:
+        raise ShapeError(f"gcn_norm needs a square adjacency matrix, got shape {A.shape}")
+    if add_self_loops:
+        A = add(A, identity(A.shape[0], dtype=A.dtype, device=A.device))
+    degree = row_sum(A)
+    safe = torch.where(degree > 0, degree, torch.ones_like(degree))
+    inv_sqrt = torch.where(degree > 0, safe.rsqrt(), torch.zeros_like(degree))
+    return scale_rows_cols(A, inv_sqrt, inv_sqrt)
