@@ -295,3 +295,18 @@ def test_logical_type_and_repr():
     assert tensor_order(stored.logical_type()) == 2
     assert extents(stored.logical_type()) == (2, 3)
     assert "csr" in repr(stored)
+
+
+def test_storing_a_large_sparse_input_densely_warns():
+    from sparsad.errors import DensifyWarning
+
+    big = sp.random(400, 400, density=0.001, random_state=0, format="csr")
+    with pytest.warns(DensifyWarning, match=r"takes 1.2 MiB"):
+        stored = F.as_format(big, "dense")
+    np.testing.assert_array_equal(stored.to_numpy(), big.toarray())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F.as_format(big, "csr")  # sparse formats never warn
+        F.as_format(big.toarray(), "dense")  # nor does a dense input stored densely
+        F.as_format(sp.random(10, 10, density=0.1, format="csr"), "dense")  # nor a small one
+        F.as_format(stored, "dense_col_major")  # dense to dense

@@ -8,11 +8,12 @@ pydata/sparse are imported only when such a value is passed.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
 
-from sparsad.errors import FormatError, UnsupportedError
+from sparsad.errors import DensifyWarning, FormatError, UnsupportedError, dense_size_message
 from sparsad.formats.format import CSC, CSR, Format, coo, dense, resolve
 from sparsad.formats.levels import Dense
 from sparsad.formats.tensor import SCIPY_FORMATS, StoredTensor, build_levels, scatter_dense
@@ -31,13 +32,25 @@ def from_arrays(fmt: Format | str, shape: Any, name: str | None = None, **fields
     return StoredTensor(fmt, shape, checked)
 
 
+DENSIFY_WARN_BYTES = 1 << 20  # storing a sparse input densely warns from this size on
+
+
 def from_coordinates(coords: Any, values: Any, shape: Any, fmt: Format | str,
                      name: str | None = None, index_dtype=np.int64) -> StoredTensor:
-    """A StoredTensor from coordinates (order x n) and values; duplicates are summed."""
+    """A StoredTensor from coordinates (order x n) and values; duplicates are summed.
+
+    Storing them in a dense format of DENSIFY_WARN_BYTES or more warns (DensifyWarning).
+    """
     shape_tuple = tuple(int(n) for n in shape)
     fmt = resolve(fmt, len(shape_tuple))
     shape_tuple = check_shape(shape_tuple, fmt, name)
     label = f"input {name!r}" if name else "coordinates"
+    if fmt.is_dense:
+        itemsize = np.asarray(values).dtype.itemsize
+        if float(np.prod(shape_tuple, dtype=np.float64)) * itemsize >= DENSIFY_WARN_BYTES:
+            warnings.warn(f"{label}: storing {np.shape(coords)[-1]} entries densely in {fmt.name} "
+                          f"takes {dense_size_message(shape_tuple, itemsize)}; pick a sparse "
+                          f"format ('csr', 'coo', ...) to avoid it", DensifyWarning, stacklevel=3)
     coords = np.asarray(coords)
     if coords.ndim != 2 or coords.shape[0] != len(shape_tuple):
         raise FormatError(f"{label}: coordinates must have shape ({len(shape_tuple)}, n), got {coords.shape}")
@@ -64,8 +77,11 @@ def as_format(value: Any, format: Format | str | None = None, name: str | None =
     if isinstance(value, StoredTensor):
         if format is None or resolve(format, value.ndim) == value.format:
             return value
+        target = resolve(format, value.ndim)
+        if value.format.is_dense and target.is_dense:
+            return _from_numpy(value.to_numpy(), target, name, label)
         coords, values = value.coordinates()
-        if isinstance(value.format.levels[-1], Dense) and not resolve(format, value.ndim).is_dense:
+        if isinstance(value.format.levels[-1], Dense) and not target.is_dense:
             keep = values != 0
             coords, values = coords[:, keep], values[keep]
         return from_coordinates(coords, values, value.shape, format, name, _index_dtype(value))

@@ -119,6 +119,9 @@ class StoredTensor:
 
         if fmt not in SCIPY_FORMATS:
             raise FormatError(f"to_scipy: unknown scipy format {fmt!r}; expected one of {SCIPY_FORMATS}")
+        if self.format.is_dense and self.ndim == 2:
+            make = sp.coo_array if array else sp.coo_matrix
+            return make(self.to_numpy()).asformat(fmt)
         coords, values = self.coordinates()
         if isinstance(self.format.levels[-1], Dense):
             keep = values != 0
