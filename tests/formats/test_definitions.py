@@ -187,3 +187,17 @@ def test_physical_types_of_coo_and_dense():
     dense_types = F.as_format(matrix).physical_types("D")
     assert dense_types == {"D_rows": Int(), "D_cols": Int(), "D_M": Dict(DENSE_INT, REAL)}
     assert dense_types["D_M"].key.extent == 6
+
+
+ALL_FORMATS = [F.DENSE_VECTOR, F.COO_VECTOR, F.CSR, F.CSC, F.DCSR, F.DCSC, F.COO_MATRIX,
+               F.DENSE_ROW_MAJOR, F.DENSE_COL_MAJOR, F.dense(3), F.dense(3, column_major=True),
+               F.coo(3), F.csf(3), F.csf(4), F.coo(7)]
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS, ids=lambda f: f.name)
+def test_printed_definitions_parse_back(fmt):
+    parse = pytest.importorskip("sparsad.lang.parse").parse
+    printer = pytest.importorskip("sparsad.lang.printer")
+    definition = fmt.physical_definition("X")
+    assert parse(printer.to_text(definition)) == definition
+    assert free_vars(definition) == {f"X_{f}" for f in fmt.fields()}

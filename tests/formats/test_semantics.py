@@ -87,7 +87,8 @@ def test_int32_physical_arrays_evaluate():
     check(stored, matrix)
 
 
-@pytest.mark.parametrize("matrix_name", ["HB/bcspwr01", "HB/bcspwr02", "HB/bcspwr03", "HB/ash85"])
+@pytest.mark.parametrize("matrix_name", ["HB/bcspwr01", "HB/bcspwr02", "HB/bcspwr03", "HB/bcspwr04",
+                                         "HB/bcspwr05", "HB/ash85"])
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
 def test_real_matrices(suitesparse, matrix_name, fmt):
     matrix = suitesparse(matrix_name)

@@ -212,3 +212,36 @@ def test_to_scipy_errors():
         stored.to_scipy("csr")
     with pytest.raises(FormatError, match="unknown scipy format"):
         F.as_format(np.eye(2)).to_scipy("ell")
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 6), cols=st.integers(2, 6), seed=st.integers(0, 2**16),
+       index_dtype=st.sampled_from([np.int32, np.int64]))
+def test_canonical_scipy_arrays_pass_and_corrupted_ones_fail(rows, cols, seed, index_dtype):
+    rng = np.random.default_rng(seed)
+    matrix = sp.random(rows, cols, density=0.6, format="csr", random_state=rng)
+    pos, idx, val = (matrix.indptr.astype(index_dtype), matrix.indices.astype(index_dtype),
+                     matrix.data)
+    stored = F.from_arrays("csr", (rows, cols), pos=pos, idx=idx, val=val)
+    np.testing.assert_array_equal(stored.to_numpy(), matrix.toarray())
+    csc = matrix.tocsc()
+    F.from_arrays("csc", (rows, cols), pos=csc.indptr, idx=csc.indices, val=csc.data)
+    counts = np.diff(pos)
+    if counts.max() >= 2:  # reverse a row with two or more entries: unsorted
+        row = int(np.argmax(counts))
+        bad = idx.copy()
+        bad[pos[row]:pos[row + 1]] = bad[pos[row]:pos[row + 1]][::-1]
+        with pytest.raises(FormatError, match="not sorted"):
+            F.from_arrays("csr", (rows, cols), pos=pos, idx=bad, val=val)
+        bad = idx.copy()
+        bad[pos[row] + 1] = bad[pos[row]]
+        with pytest.raises(FormatError, match="appears twice"):
+            F.from_arrays("csr", (rows, cols), pos=pos, idx=bad, val=val)
+    if len(idx):
+        with pytest.raises(FormatError, match="out of range"):
+            F.from_arrays("csr", (rows, cols - 1), pos=pos, idx=np.full_like(idx, cols - 1), val=val)
+        with pytest.raises(FormatError, match="'val'"):
+            F.from_arrays("csr", (rows, cols), pos=pos, idx=idx, val=val[:-1])
