@@ -310,3 +310,13 @@ def test_storing_a_large_sparse_input_densely_warns():
         F.as_format(big.toarray(), "dense")  # nor does a dense input stored densely
         F.as_format(sp.random(10, 10, density=0.1, format="csr"), "dense")  # nor a small one
         F.as_format(stored, "dense_col_major")  # dense to dense
+
+
+def test_objects_with_array_protocol_convert_like_numpy():
+    class ArrayLike:  # stands in for jax and other array libraries
+        def __array__(self, dtype=None, copy=None):
+            return np.array([[0.0, 1.0], [2.0, 0.0]])
+
+    stored = F.as_format(ArrayLike(), "csr")
+    np.testing.assert_array_equal(stored.to_numpy(), [[0.0, 1.0], [2.0, 0.0]])
+    assert F.as_format([[1.0, 0.0]]).to_logical() == {0: {0: 1.0, 1: 0.0}}

@@ -99,8 +99,8 @@ def as_format(value: Any, format: Format | str | None = None, name: str | None =
     if isinstance(value, dict):
         raise FormatError(f"{label}: a nested dict needs a shape; use "
                           f"sparsad.formats.from_logical(value, shape, format)")
-    if isinstance(value, (np.ndarray, list, tuple, np.generic, float, int)):
-        return _from_numpy(np.asarray(value), format, name, label)
+    if isinstance(value, (np.ndarray, list, tuple, np.generic, float, int)) or hasattr(value, "__array__"):
+        return _from_numpy(np.asarray(value), format, name, label)  # also jax and other array types
     raise FormatError(f"{label}: cannot store a {type(value).__name__} in a format; pass a numpy "
                       f"array, a scipy.sparse matrix, a torch tensor or a pydata/sparse array")
 
