@@ -13,7 +13,7 @@ import numpy as np
 
 from sparsad.errors import DTypeError, FormatError
 from sparsad.formats.format import Format
-from sparsad.formats.levels import Compressed, Dense, Singleton
+from sparsad.formats.levels import Compressed, Dense
 
 
 def where(fmt: Format, name: str | None, field: str | None = None) -> str:
