@@ -2,9 +2,9 @@
 
 Arrays in, arrays out; nothing here imports a front end (torch, jax). The bridges wrap these.
 """
-from sparsad.ops.contract import Terms, contract, spmm_terms
+from sparsad.ops.contract import Terms, spmm_terms
 from sparsad.ops.pattern import CSRPattern
 from sparsad.ops.solve import ConvergenceWarning, LUFactor, cg, triangular_solve
 
-__all__ = ["CSRPattern", "Terms", "contract", "spmm_terms", "LUFactor", "cg", "triangular_solve",
+__all__ = ["CSRPattern", "Terms", "spmm_terms", "LUFactor", "cg", "triangular_solve",
            "ConvergenceWarning"]

@@ -21,6 +21,8 @@ def _as_index_array(array, name: str) -> np.ndarray:
     array = np.asarray(array)
     if array.ndim != 1:
         raise FormatError(f"{name} must be a 1-D array, got {array.ndim}-D with shape {array.shape}")
+    if array.size == 0 and array.dtype.kind == "f":  # np.array([]) is float64
+        array = array.astype(np.int64)
     if array.dtype.kind not in "iu":
         raise DTypeError(f"{name} must hold integers (int32 or int64), got dtype {array.dtype}")
     if array.dtype not in _INDEX_DTYPES:

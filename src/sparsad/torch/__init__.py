@@ -3,6 +3,7 @@
 Gradient convention: masked. The gradient with respect to a SparseMatrix lives on its pattern
 (`A.grad` is a SparseMatrix with A's pattern); see docs/torch.md.
 """
+from sparsad.torch.check import gradcheck, gradgradcheck
 from sparsad.torch.linalg import (
     add,
     diagonal,
@@ -22,4 +23,5 @@ from sparsad.torch.solve import cg, spsolve, triangular_solve
 __all__ = [
     "SparseMatrix", "DenseResultWarning", "spmv", "spmm", "spgemm", "add", "scale", "transpose",
     "diagonal", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
+    "gradcheck", "gradgradcheck",
 ]

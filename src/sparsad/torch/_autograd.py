@@ -6,10 +6,12 @@ CPU tensors run the Numba kernels of `sparsad.ops`; other devices run PyTorch's 
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
-from sparsad.ops import contract as _ops_contract
+from sparsad.ops.contract import contract as _numpy_contract
 from sparsad.ops.contract import Terms
 
 #: Run PyTorch's own kernels on the CPU too (used by the tests to exercise the device path).
@@ -33,7 +35,10 @@ def _evaluate_torch(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) ->
     iv = device_index(terms, f"iv{out}", plan.iv, dev)
     if plan.kind == "csr":  # A @ V with A in CSR order: torch's sparse CSR product
         seg = device_index(terms, f"seg{out}", plan.seg, dev)
-        matrix = torch.sparse_csr_tensor(seg, iv, u, size=(terms.sizes[out], v.shape[0]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "CSR support is in beta"
+            matrix = torch.sparse_csr_tensor(seg, iv, u, size=(terms.sizes[out], v.shape[0]),
+                                             check_invariants=False)
         return matrix @ v
     if plan.kind == "single":
         iout = torch.arange(terms.sizes[out], device=dev)
@@ -54,7 +59,7 @@ def _evaluate(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch
         return _evaluate_torch(terms, out, u, v)
     plan = terms.plan(out)
     operands = {plan.u_role: u.numpy(), plan.v_role: v.numpy()}
-    return torch.from_numpy(_ops_contract.contract(terms, out, operands))
+    return torch.from_numpy(_numpy_contract(terms, out, operands))
 
 
 class _Contract(torch.autograd.Function):

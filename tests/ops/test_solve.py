@@ -1,0 +1,74 @@
+"""NumPy-level solves against SciPy, on random and SuiteSparse SPD matrices."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse as sp
+import scipy.sparse.linalg
+
+from sparsad.errors import InputError, ShapeError
+from sparsad.ops.pattern import CSRPattern
+from sparsad.ops.solve import ConvergenceWarning, LUFactor, cg, check_triangular, triangular_solve
+
+
+def csr_parts(matrix):
+    matrix = sp.csr_matrix(matrix)
+    matrix.sort_indices()
+    return CSRPattern(matrix.indptr, matrix.indices, matrix.shape), matrix.data
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("unit", [True, False])
+@pytest.mark.parametrize("columns", [None, 3])
+def test_triangular_solve_matches_scipy(lower, unit, columns):
+    rng = np.random.default_rng(1)
+    dense = rng.standard_normal((9, 9)) * (rng.random((9, 9)) < 0.4) + 4 * np.eye(9)
+    tri = np.tril(dense) if lower else np.triu(dense)
+    pattern, values = csr_parts(tri)
+    b = rng.standard_normal(9 if columns is None else (9, columns))
+    check_triangular(pattern, values, lower, unit)
+    x = triangular_solve(pattern, values, b, lower, unit)
+    np.testing.assert_allclose(x, scipy.linalg.solve_triangular(tri, b, lower=lower, unit_diagonal=unit), rtol=1e-12)
+
+
+def test_triangular_checks():
+    pattern, values = csr_parts(np.array([[1.0, 2.0], [0.0, 1.0]]))
+    with pytest.raises(InputError, match="above the diagonal at \\(0, 1\\)"):
+        check_triangular(pattern, values, lower=True, unit=False)
+    pattern, values = csr_parts(np.array([[1.0, 0.0], [2.0, 0.0]]))
+    with pytest.raises(InputError, match="singular: diagonal entry \\(1, 1\\)"):
+        check_triangular(pattern, values, lower=True, unit=False)
+    check_triangular(pattern, values, lower=True, unit=True)
+    with pytest.raises(ShapeError):
+        check_triangular(*csr_parts(np.ones((2, 3))), lower=True, unit=False)
+
+
+def test_lu_factor_both_ways(suitesparse):
+    matrix = suitesparse("HB/bcsstk01")
+    pattern, values = csr_parts(matrix)
+    factor = LUFactor(pattern, values)
+    b = np.random.default_rng(2).standard_normal((matrix.shape[0], 2))
+    dense = matrix.toarray()
+    np.testing.assert_allclose(dense @ factor.solve(b), b, atol=1e-6 * np.abs(b).max())
+    np.testing.assert_allclose(dense.T @ factor.solve(b, transpose=True), b, atol=1e-6 * np.abs(b).max())
+
+
+def test_lu_singular():
+    pattern, values = csr_parts(np.array([[1.0, 2.0], [2.0, 4.0]]))
+    with pytest.raises(InputError, match="singular"):
+        LUFactor(pattern, values)
+
+
+def test_cg_on_spd_data(suitesparse):
+    matrix = suitesparse("HB/662_bus")
+    b = np.random.default_rng(3).standard_normal((matrix.shape[0], 2))
+    x, iterations = cg(lambda v: matrix @ v, b, tol=1e-10)
+    np.testing.assert_allclose(x, scipy.sparse.linalg.spsolve(matrix.tocsc(), b), rtol=1e-6, atol=1e-8)
+    assert 0 < iterations < 10 * matrix.shape[0]
+
+
+def test_cg_warns_without_convergence():
+    matrix = sp.diags([np.linspace(1, 1e4, 50)], [0]).tocsr()
+    with pytest.warns(ConvergenceWarning, match="no convergence in 3 iterations"):
+        cg(lambda v: matrix @ v, np.ones(50), tol=1e-12, maxiter=3)
