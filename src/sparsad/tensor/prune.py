@@ -27,6 +27,7 @@ def prune_identities_einsum(node: Einsum) -> Node:
         if (len(ops) > 1 and isinstance(ops[k], Constant) and ops[k].shape == ()
                 and float(ops[k].value) == 1.0):
             del subs[k], ops[k]
+    factor = 1
     changed = True
     while changed:
         changed = False
@@ -36,11 +37,13 @@ def prune_identities_einsum(node: Einsum) -> Node:
             a, b = subs[k]
             others = "".join(s for j, s in enumerate(subs) if j != k)
             if a == b:
-                if a in others:          # diag(I) is all ones: a factor of one
-                    del subs[k], ops[k]
-                    changed = True
-                    break
-                continue
+                if a in out:
+                    continue
+                if a not in others:      # trace(I) = n, a scalar factor
+                    factor *= op.n
+                del subs[k], ops[k]      # diag(I) is all ones: a factor of one
+                changed = True
+                break
             if a in out and b in out:
                 continue
             keep, drop = (b, a) if a in out or (a not in others and b in others) else (a, b)
@@ -54,7 +57,8 @@ def prune_identities_einsum(node: Einsum) -> Node:
             break
     if len(ops) == len(node.inputs):
         return node
-    return Einsum(",".join(subs) + "->" + out, *ops)
+    result = Einsum(",".join(subs) + "->" + out, *ops)
+    return Scale(factor, result) if factor != 1 else result
 
 
 def prune_trivial(node: Node) -> Node:

@@ -1,0 +1,88 @@
+"""Tucker decomposition by HOOI with AD-derived, dimension-tree-optimized kernels (AutoHOOT Fig. 7d).
+
+With orthonormal factors, HOOI maximises f = 0.5 ||G||^2 for the core G = X x_1 A_1^T ... x_N A_N^T.
+For mode n, grad(f, A_n) = Y_n Y_n^T A_n where Y_n = X x_{m != n} A_m^T is the TTMc; the update is the
+leading left singular vectors of Y_n (mode-n unfolding). The TTMc of every mode is the Jacobian of
+the core with respect to A_n contracted away, i.e. an einsum that `optimize(..., dimension_tree=...)`
+orders so that consecutive modes share their first contractions. Compared with
+tensorly.decomposition.tucker (also HOOI).
+
+Run: python examples/tucker_hooi.py
+"""
+from __future__ import annotations
+
+import string
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sparsad import tensor as T
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def tucker_graph(shape, ranks):
+    letters = string.ascii_lowercase[:len(shape)]
+    core_letters = string.ascii_uppercase[:len(shape)]
+    X = T.Variable("X", shape)
+    factors = [T.Variable(f"A{n}", (s, r)) for n, (s, r) in enumerate(zip(shape, ranks))]
+    core = T.einsum(letters + "," + ",".join(f"{a}{b}" for a, b in zip(letters, core_letters)) + "->" + core_letters,
+                    X, *factors)
+    objective = 0.5 * T.einsum(f"{core_letters},{core_letters}->", core, core)
+    # The TTMc of mode n from the core's explicit Jacobian w.r.t. A_n (shape core + (s_n, r_n)):
+    # J[.., a_n, .., i, r] = delta(a_n, r) Y_n[i, ..]; tracing a_n against r gives r_n Y_n.
+    ttmcs = []
+    for n, site in enumerate(factors):
+        J = T.jacobian(core, site)
+        others = core_letters[:n] + core_letters[n + 1:]
+        spec = f"{core_letters[:n]}z{core_letters[n + 1:]}yz->y{others}"
+        ttmcs.append(T.Scale(1.0 / ranks[n], T.einsum(spec, J)))
+    optimized = T.optimize(ttmcs + [objective], dimension_tree=factors)
+    return X, factors, optimized[:-1], optimized[-1]
+
+
+def hooi(x: np.ndarray, ranks, n_iter: int = 20, init=None):
+    X, factors, ttmcs, objective = tucker_graph(x.shape, ranks)
+    executor = T.Executor(ttmcs + [objective], reuse=True)
+    if init is None:   # HOSVD initialisation, as tensorly's default
+        init = []
+        for n, r in enumerate(ranks):
+            unfold = np.moveaxis(x, n, 0).reshape(x.shape[n], -1)
+            init.append(np.linalg.svd(unfold, full_matrices=False)[0][:, :r])
+    vals = [np.array(a) for a in init]
+    history = []
+    for _ in range(n_iter):
+        for n, node in enumerate(ttmcs):
+            (y,) = executor.run({X: x, **dict(zip(factors, vals))}, out=[node])
+            u = np.linalg.svd(y.reshape(y.shape[0], -1), full_matrices=False)[0]
+            vals[n] = u[:, :ranks[n]]
+        (f,) = executor.run({X: x, **dict(zip(factors, vals))}, out=[objective])
+        history.append(np.sqrt(max(0.0, 1 - 2 * f / np.sum(x * x))))   # relative error
+    return vals, history
+
+
+def main(small: bool = False) -> dict:
+    from tensorly.decomposition import tucker
+
+    shape, ranks, n_iter = ((8, 9, 10), (3, 3, 4), 15) if small else ((80, 80, 80), (10, 10, 10), 20)
+    rng = np.random.default_rng(0)
+    core = rng.standard_normal(ranks)
+    mats = [np.linalg.qr(rng.standard_normal((s, r)))[0] for s, r in zip(shape, ranks)]
+    x = np.einsum("abc,ia,jb,kc->ijk", core, *mats) + 0.05 * rng.standard_normal(shape)
+    t0 = time.perf_counter()
+    _, err = hooi(x, ranks, n_iter)
+    t_ours = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    tl_core, tl_factors = tucker(x, rank=list(ranks), n_iter_max=n_iter, tol=0, init="svd")
+    t_tl = time.perf_counter() - t0
+    approx = np.einsum("abc,ia,jb,kc->ijk", tl_core, *tl_factors)
+    tl_err = np.linalg.norm(x - approx) / np.linalg.norm(x)
+    print(f"Tucker-HOOI {shape} ranks {ranks}: rel. error sparsad {err[-1]:.8f} ({t_ours:.2f}s), "
+          f"tensorly {tl_err:.8f} ({t_tl:.2f}s)")
+    return {"error_sparsad": err[-1], "error_tensorly": tl_err}
+
+
+if __name__ == "__main__":
+    main()
