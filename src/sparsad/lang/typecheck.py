@@ -47,7 +47,7 @@ def join(a: Type, b: Type, where: Expr, what: str = "operands") -> Type:
 def product_type(a: Type, b: Type, where: Expr) -> Type:
     """Type of a * b: scalar product, scaling, or the tensor product real⊗D = D, {I->D1}⊗D2 = {I->D1⊗D2}."""
     if isinstance(a, Zero) or isinstance(b, Zero):
-        return ZERO if isinstance(a, Zero) and isinstance(b, Zero) else (b if isinstance(a, Zero) else a)
+        return ZERO  # zero times anything is the zero, which joins any type
     if isinstance(a, Dict):
         return Dict(a.key, product_type(a.value, b, where))
     if isinstance(a, Bool) or isinstance(b, Bool):

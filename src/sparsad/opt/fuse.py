@@ -1,0 +1,172 @@
+"""Fusion: the algebraic rules that remove intermediate dictionaries (∇SD §5.2-5.3).
+
+Rules, tried in this order at each node:
+- sum over a singleton:       sum(<k, v> in {e1 -> e2}) b      ~> let k = e1 in let v = e2 in b
+- lookup of a singleton:      {e1 -> e2}(e3)                   ~> if e1 = e3 then e2
+- vertical fusion:            sum(<k, v> in sum(<x, y> in S) ... { unique(f) -> g }) b
+                                                               ~> sum(<x, y> in S) ... let k = f in let v = g in b
+  (the inner body may be wrapped in lets and else-less ifs; `unique` guarantees keys do not merge)
+- dense lookup:               (sum(<_, q> in (st:en)) { unique(q) -> g })(k)  ~> let q = k in g
+  (keys are validated against the extents at the boundary, so k lies in range)
+- generator inlining:         let x = G in b  ~> b[x := G]  when G is a generator (a sum that builds
+  unique keys) and every use of x in b is a sum source or a dense lookup, so each use fuses.
+"""
+from __future__ import annotations
+
+from sparsad.lang.names import Fresh, all_names, rename_bound
+from sparsad.lang.rebuild import substitute
+from sparsad.lang.syntax import (Binary, Expr, If, Let, Lookup, Range, Singleton, Sum, Unique, Var,
+                                 walk)
+from sparsad.lang.types import Type
+from sparsad.opt.dce import eliminate_dead_lets
+from sparsad.opt.inline import inline_atoms
+from sparsad.opt.rewrite import Rule, rewrite_fixpoint
+
+
+def _sum_over_singleton(e, _):
+    if isinstance(e, Sum) and isinstance(e.source, Singleton):
+        body = e.body
+        if e.val != "_":
+            body = Let(e.val, e.source.value, body)
+        if e.key != "_":
+            body = Let(e.key, e.source.key, body)
+        return body
+
+
+def _lookup_singleton(e, _):
+    if isinstance(e, Lookup) and isinstance(e.dict, Singleton):
+        return If(Binary("=", _strip_unique(e.dict.key), e.key), e.dict.value)
+
+
+def _strip_unique(e: Expr) -> Expr:
+    return e.operand if isinstance(e, Unique) else e
+
+
+def _unique_singleton_leaf(body: Expr):
+    """The {unique(f) -> g} at the end of lets and else-less ifs, with a rebuilder for the wrapper."""
+    match body:
+        case Singleton(key=Unique() as key, value=value):
+            return key.operand, value, lambda inner: inner
+        case Let(name=n, value=v, body=b):
+            found = _unique_singleton_leaf(b)
+            if found:
+                f, g, wrap = found
+                return f, g, lambda inner, n=n, v=v, wrap=wrap: Let(n, v, wrap(inner))
+        case If(cond=c, then=t, orelse=None):
+            found = _unique_singleton_leaf(t)
+            if found:
+                f, g, wrap = found
+                return f, g, lambda inner, c=c, wrap=wrap: If(c, wrap(inner))
+    return None
+
+
+def _vertical_fusion(e, _):
+    if not (isinstance(e, Sum) and isinstance(e.source, Sum)):
+        return None
+    inner = e.source
+    found = _unique_singleton_leaf(inner.body)
+    if not found:
+        return None
+    f, g, wrap = found
+    body = e.body
+    if e.val != "_":
+        body = Let(e.val, g, body)
+    if e.key != "_":
+        body = Let(e.key, f, body)
+    return Sum(inner.key, inner.val, inner.source, wrap(body))
+
+
+def _is_dense_generator(e: Expr) -> bool:
+    """sum(<_, q> in (st:en)) { unique(q) -> g }: one entry per key of a range."""
+    return (isinstance(e, Sum) and isinstance(e.source, Range) and isinstance(e.body, Singleton)
+            and isinstance(e.body.key, Unique) and e.body.key.operand == Var(e.val) and e.val != "_")
+
+
+def _dense_lookup(e, _):
+    if isinstance(e, Lookup) and _is_dense_generator(e.dict):
+        gen = e.dict
+        return Let(gen.val, e.key, gen.body.value)
+
+
+def is_generator(e: Expr) -> bool:
+    """A sum whose body ends in a singleton with a unique key: it fuses into a consumer."""
+    return isinstance(e, Sum) and (_unique_singleton_leaf(e.body) is not None or _is_dense_generator(e))
+
+
+def _uses_all_fuse(name: str, body: Expr, generator: Expr) -> bool:
+    uses, fusing = 0, 0
+    for node in walk(body):
+        if isinstance(node, Var) and node.name == name:
+            uses += 1
+        if isinstance(node, Sum) and node.source == Var(name):
+            fusing += 1
+        if isinstance(node, Lookup) and node.dict == Var(name) and _is_dense_generator(generator):
+            fusing += 1
+    # a binder of the same name would shadow; names are unique after rename_bound
+    return uses > 0 and uses == fusing
+
+
+def _inline_generator(e, _):
+    if isinstance(e, Let) and is_generator(e.value) and _uses_all_fuse(e.name, e.body, e.value):
+        return substitute(e.body, e.name, e.value)
+
+
+def _inline_single_use(e, _):
+    """let x = e in b, x read once and not inside a loop of b: substitute (same work, one place)."""
+    if not isinstance(e, Let):
+        return None
+    occurrences = [n for n in walk(e.body) if isinstance(n, Var) and n.name == e.name]
+    if len(occurrences) != 1:
+        return None
+    for node in walk(e.body):
+        if isinstance(node, Sum) and e.name in _free(node.body):
+            return None
+        if isinstance(node, Let) and node.name == e.name:
+            return None
+    return substitute(e.body, e.name, e.value)
+
+
+def _free(e: Expr):
+    from sparsad.lang.syntax import free_vars
+
+    return free_vars(e)
+
+
+def _mark_unique_keys(e, _):
+    """sum(<k, v> in d) { k -> g }: the keys of a dictionary are distinct, so is the built key
+    (also the values of a range, which equal its keys)."""
+    if not (isinstance(e, Sum) and isinstance(e.body, Singleton)) or isinstance(e.body.key, Unique):
+        return None
+    key = e.body.key
+    if (e.key != "_" and key == Var(e.key)) or (isinstance(e.source, Range) and e.val != "_" and key == Var(e.val)):
+        return Sum(e.key, e.val, e.source, Singleton(Unique(key), e.body.value))
+    return None
+
+
+RULES = (
+    Rule("mark keys built from a loop's own keys as unique", _mark_unique_keys),
+    Rule("sum over a singleton", _sum_over_singleton),
+    Rule("lookup of a singleton", _lookup_singleton),
+    Rule("vertical fusion of a sum over a unique-key sum", _vertical_fusion),
+    Rule("lookup into a dense generator", _dense_lookup),
+    Rule("inline a generator whose every use fuses", _inline_generator),
+    Rule("inline a single-use let outside loops", _inline_single_use),
+)
+
+
+def fuse(expr: Expr, types: dict[str, Type] | None = None) -> Expr:
+    """Apply the fusion rules to a fixed point, renaming binders apart between sweeps."""
+    for _ in range(20):
+        unique_names = rename_bound(expr, Fresh(all_names(expr)))
+        fused = rewrite_fixpoint(unique_names, RULES, types or {}, max_sweeps=1)
+        fused = eliminate_dead_lets(inline_atoms(fused))
+        if fused == unique_names:
+            return fused
+        expr = fused
+    return expr
+
+
+def fold_single_use_lets(expr: Expr) -> Expr:
+    """Substitute bindings read once outside loops back into their use (undoing needless ANF)."""
+    rule = (Rule("inline a single-use let outside loops", _inline_single_use),)
+    return rewrite_fixpoint(expr, rule, {})

@@ -1,0 +1,38 @@
+"""The order of the passes (∇SD Fig. 8): each a pure function Program -> Program.
+
+    sparsity -> storage -> fuse -> normalize -> fuse -> dps -> cse
+
+`optimize` records every stage so that each can be shown and checked by the interpreter.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from sparsad.lang.syntax import Expr
+from sparsad.lang.types import Type
+from sparsad.opt.cse import eliminate_common_subexpressions
+from sparsad.opt.dps import push_singletons_inward
+from sparsad.opt.fuse import fuse
+from sparsad.opt.normalize import normalize_products
+from sparsad.opt.sparsity import propagate_sparsity
+from sparsad.opt.storage import compose_storage, physical_inputs
+
+
+def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any]) -> tuple[Expr, dict[str, Expr]]:
+    """Optimize a logical program for inputs held in storage formats.
+
+    `types`: logical types of every input; `stored`: name -> StoredTensor for the inputs that
+    are tensors. Returns the physical program and every stage by name.
+    """
+    _, array_types = physical_inputs(stored)
+    physical_types = {n: t for n, t in types.items() if n not in stored}
+    physical_types.update(array_types)
+    stages: dict[str, Expr] = {}
+    expr = stages["sparsity"] = propagate_sparsity(expr, dict(types))
+    expr = stages["storage"] = compose_storage(expr, stored)
+    expr = stages["fuse"] = fuse(expr, physical_types)
+    expr = stages["normalize"] = normalize_products(expr, physical_types)
+    expr = stages["fuse-normalized"] = fuse(expr, physical_types)
+    expr = stages["dps"] = push_singletons_inward(expr, physical_types)
+    expr = stages["cse"] = eliminate_common_subexpressions(expr, physical_types)
+    return expr, stages
