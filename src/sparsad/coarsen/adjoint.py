@@ -1,0 +1,201 @@
+"""Symbolic differentiation of the segments: a reverse sweep at segment granularity, then CSE.
+
+Inside a segment the derivative is SymPy's ``diff`` of the closed form (φ of branches
+differentiates arm by arm, C2); between segments adjoints are chained as reverse-mode AD does,
+so a segment's derivative is computed once and reused by all its users.  The output is a
+straight-line ``AdjointProgram`` of ``symbol = expression`` statements after ``sympy.cse``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import sympy as sp
+
+from sparsad.coarsen.elevate import Elevation, Segment
+from sparsad.coarsen.frontend import CoarsenUnsupported
+from sparsad.coarsen.symbolic import Scatter, VSum, real_symbol, shape_of, stabilize, tree_size
+
+
+@dataclass
+class AdjointProgram:
+    inputs: list[sp.Symbol]
+    params: list[sp.Symbol]
+    seeds: list[sp.Symbol]
+    statements: list[tuple[sp.Symbol, sp.Expr]]
+    results: list[sp.Expr | None]       # one per input: its gradient (None when not requested)
+    shapes: dict
+    views: dict                          # scatter id -> (key, base shape)
+    iotas: dict
+
+
+def _numel(shape) -> int:
+    count = 1
+    for extent in shape:
+        count *= extent
+    return count
+
+
+def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
+                  simplify_budget_s: float = 2.0) -> AdjointProgram:
+    """Gradient program of the outputs (with seed cotangents) with respect to inputs ``wrt``."""
+    shapes = dict(elev.shapes)
+    segments: list[Segment] = list(elev.segments)
+    out_syms, seeds = [], []
+    for j, expr in enumerate(elev.outputs):
+        shape = shape_of(expr, shapes)
+        if not isinstance(expr, sp.Symbol):
+            sym = real_symbol(f"out{j}")
+            shapes[sym] = shape
+            segments.append(Segment(sym, expr, shape, "value"))
+            expr = sym
+        out_syms.append(expr)
+        seed = real_symbol(f"seed{j}")
+        shapes[seed] = shape
+        seeds.append(seed)
+
+    active_inputs = {elev.inputs[i] for i in wrt}
+    active = set(active_inputs)
+    for seg in segments:
+        deps = {seg.base} if seg.kind == "view" else seg.expr.free_symbols
+        if deps & active:
+            active.add(seg.sym)
+
+    adjoint_terms: dict = {}
+    for sym, seed in zip(out_syms, seeds):
+        adjoint_terms.setdefault(sym, []).append(seed)
+    statements: list[tuple[sp.Symbol, sp.Expr]] = []
+    views: dict = {}
+    deadline = time.perf_counter() + simplify_budget_s
+    sizes: dict = {}
+
+    def tidy(d):
+        if simplify and time.perf_counter() < deadline and tree_size(d, sizes) <= 30 and d.has(sp.Symbol):
+            try:
+                candidate = sp.simplify(d)
+                if tree_size(candidate, sizes) < tree_size(d, sizes):
+                    d = candidate
+            except Exception:  # simplification is an optimisation only
+                pass
+        return stabilize(d)
+
+    def adjoint_of(sym) -> sp.Expr | None:
+        terms = adjoint_terms.get(sym)
+        if not terms:
+            return None
+        total = sp.Add(*terms)
+        if isinstance(total, sp.Symbol):
+            return total
+        name = real_symbol(f"adj_{sym}")
+        shapes[name] = shapes.get(sym, ())
+        statements.append((name, total))
+        return name
+
+    for seg in reversed(segments):
+        if seg.sym not in active:
+            continue
+        adj = adjoint_of(seg.sym)
+        if adj is None:
+            continue
+        if seg.kind == "view":
+            index = len(views)
+            views[index] = (seg.key, shapes[seg.base])
+            shapes[("scatter", index)] = shapes[seg.base]
+            adjoint_terms.setdefault(seg.base, []).append(Scatter(adj, sp.Integer(index)))
+            continue
+        body_shape = shape_of(seg.expr, shapes) if seg.kind == "reduce" else seg.shape
+        for u in sorted(seg.expr.free_symbols & active, key=str):
+            d = tidy(sp.diff(seg.expr, u))
+            if d == 0:
+                continue
+            contribution = adj * d
+            u_shape = shapes.get(u, ())
+            if u_shape == () and body_shape != ():
+                contribution = VSum(contribution, _numel(body_shape))
+            elif u_shape != body_shape and u_shape != ():
+                raise CoarsenUnsupported(f"broadcasting {u} of shape {u_shape} to {body_shape} in a segment")
+            adjoint_terms.setdefault(u, []).append(contribution)
+
+    results: list[sp.Expr | None] = []
+    for position, sym in enumerate(elev.inputs):
+        if position not in wrt:
+            results.append(None)
+            continue
+        terms = adjoint_terms.get(sym, [])
+        results.append(sp.Add(*terms) if terms else sp.Integer(0))
+
+    forward = [(seg.sym, seg) for seg in segments if seg.kind != "view"]
+    program = _assemble(segments, statements, results, shapes)
+    params = [p.sym for p in elev.params]
+    return AdjointProgram(list(elev.inputs), params, seeds, program[0], program[1], shapes, views,
+                          dict(elev.iotas))
+
+
+def _assemble(segments, adjoint_statements, results, shapes):
+    """Forward segment definitions needed by the adjoint, the adjoint itself, dead code removed, CSE'd."""
+    defs: list[tuple[sp.Symbol, sp.Expr]] = []
+    for seg in segments:
+        if seg.kind == "view":
+            defs.append((seg.sym, _ViewRef(seg.base, seg.key)))
+        elif seg.kind == "reduce":
+            defs.append((seg.sym, VSum(seg.expr, _numel(shape_of(seg.expr, shapes)) or 1)))
+        else:
+            defs.append((seg.sym, seg.expr))
+    statements = defs + list(adjoint_statements)
+    # dead-code elimination from the results backwards
+    needed: set = set()
+    for r in results:
+        if r is not None:
+            needed |= r.free_symbols
+    kept = []
+    for sym, expr in reversed(statements):
+        if sym in needed:
+            kept.append((sym, expr))
+            needed |= expr.free_symbols if not isinstance(expr, _ViewRef) else {expr.base}
+    kept.reverse()
+    plain = [(s, e) for s, e in kept if not isinstance(e, _ViewRef)]
+    exprs = [e for _, e in plain] + [r for r in results if r is not None]
+    replacements, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("c", real=True), order="none")
+    reduced_iter = iter(reduced)
+    new_plain = {s: next(reduced_iter) for s, _ in plain}
+    new_results = [None if r is None else next(reduced_iter) for r in results]
+    # schedule each CSE temporary right before its first user
+    pending = list(replacements)
+    emitted: set = set()
+    program: list = []
+
+    def emit_needed(expr_syms):
+        changed = True
+        while changed:
+            changed = False
+            for item in list(pending):
+                sym, value = item
+                if sym in expr_syms and sym not in emitted:
+                    emit_needed(value.free_symbols)
+                    program.append((sym, value))
+                    emitted.add(sym)
+                    pending.remove(item)
+                    changed = True
+
+    for sym, expr in kept:
+        if isinstance(expr, _ViewRef):
+            program.append((sym, expr))
+            continue
+        value = new_plain[sym]
+        emit_needed(value.free_symbols)
+        program.append((sym, value))
+    for r in new_results:
+        if r is not None:
+            emit_needed(r.free_symbols)
+    for sym, value in program:
+        if not isinstance(value, _ViewRef):
+            shapes.setdefault(sym, shape_of(value, shapes))
+    return program, new_results
+
+
+class _ViewRef:
+    """Statement right-hand side ``base[key]`` (kept out of SymPy: keys hold slices)."""
+
+    def __init__(self, base, key):
+        self.base, self.key = base, key
+        self.free_symbols = {base}

@@ -1,0 +1,159 @@
+"""Public entry points: ``symbolic``, ``grad``, ``explain``."""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+from sparsad.coarsen.frontend import CoarsenUnsupported
+from sparsad.coarsen.plan import Plan, build_plan, fallback_warning, param_values, signature
+
+
+def _backend(args) -> str:
+    for a in args:
+        module = type(a).__module__
+        if module.startswith("torch"):
+            return "torch"
+        if module.startswith("jax") or module.startswith("jaxlib"):
+            return "jax"
+    return "torch"
+
+
+class Coarsened:
+    """A function whose derivatives come from coarsening (see ``symbolic``)."""
+
+    def __init__(self, fn: Callable, max_segment: int = 60, closed_forms: bool = True, verify: bool = True):
+        self.fn = fn
+        self.max_segment = max_segment
+        self.closed_forms = closed_forms
+        self.verify = verify
+        self._plans: dict = {}
+        self._disabled: dict = {}
+        functools.update_wrapper(self, fn)
+
+    def plan(self, args: tuple) -> Plan | None:
+        sig = signature(args)
+        if sig in self._disabled:
+            return None
+        plan = self._plans.get(sig)
+        if plan is None:
+            try:
+                plan = build_plan(self.fn, args, self.max_segment, self.closed_forms)
+            except (CoarsenUnsupported, SyntaxError) as why:
+                self.disable(args, why)
+                return None
+            self._plans[sig] = plan
+        return plan
+
+    def disable(self, args: tuple, why) -> None:
+        sig = signature(args)
+        if sig not in self._disabled:
+            fallback_warning(self.fn, why)
+        self._disabled[sig] = str(why)
+        self._plans.pop(sig, None)
+
+    def __call__(self, *args):
+        plan = self.plan(args)
+        if plan is None:
+            return self.fn(*args)
+        if _backend(args) == "jax":
+            from sparsad.coarsen import jax_splice
+            return jax_splice.apply(self, plan, args)
+        from sparsad.coarsen import torch_splice
+        return torch_splice.apply(self, plan, args)
+
+
+def symbolic(fn: Callable | None = None, *, max_segment: int = 60, closed_forms: bool = True,
+             verify: bool = True):
+    """Decorator: ``.backward()`` / ``jax.grad`` of ``fn`` use its generated symbolic adjoint.
+
+    ``max_segment`` is the SOI size limit L (operations per segment).  ``verify`` checks each
+    newly compiled adjoint once against plain autograd.  Usable bare or with arguments.
+    """
+    if fn is None:
+        return lambda f: Coarsened(f, max_segment, closed_forms, verify)
+    return Coarsened(fn, max_segment, closed_forms, verify)
+
+
+def _inner(fn) -> Coarsened:
+    return fn if isinstance(fn, Coarsened) else Coarsened(fn)
+
+
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 60) -> Callable:
+    """Gradient function of a scalar-valued ``fn``; the primal runs only to record control flow.
+
+    Straight-line functions skip the primal entirely (§3); functions with traced loops or
+    branches run a recording primal without autograd.  Returns one gradient for an int
+    ``argnums``, a tuple for a sequence.  Unsupported functions fall back to autograd.
+    """
+    coarse = _inner(fn) if isinstance(fn, Coarsened) else Coarsened(fn, max_segment)
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+
+    def gradient(*args):
+        plan = coarse.plan(args)
+        backend = _backend(args)
+        if plan is not None:
+            try:
+                return _symbolic_gradient(coarse, plan, args, nums, single, backend)
+            except (CoarsenUnsupported, NotImplementedError) as why:
+                coarse.disable(args, why)
+        return _autodiff_gradient(coarse.fn, args, nums, single, backend)
+
+    gradient.__name__ = f"grad_{getattr(fn, '__name__', 'f')}"
+    return gradient
+
+
+def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend):
+    positions = {node.index: k for k, node in enumerate(plan.graph.inputs)}
+    for n in nums:
+        if n not in positions:
+            raise CoarsenUnsupported(f"argument {n} is not a tensor")
+    wrt = tuple(sorted(positions[n] for n in nums))
+    tensors = [args[node.index] for node in plan.graph.inputs]
+    record = None
+    if plan.needs_record:
+        if backend == "torch":
+            import torch
+            with torch.no_grad():
+                _, record = plan.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
+        else:
+            _, record = plan.run(*args)
+    elev = plan.elevation(record)
+    if len(elev.outputs) != 1 or plan.graph.outputs[0].shape != ():
+        raise CoarsenUnsupported("grad needs a function with one scalar output")
+    compiled = plan.adjoint(elev, wrt, backend, tensors[wrt[0]])
+    params = param_values(elev, record)
+    if backend == "torch":
+        import torch
+        from sparsad.coarsen.torch_splice import check_against_autograd, fit_gradient
+        if coarse.verify and not compiled.verified:
+            problem = check_against_autograd(plan, args, compiled, params, wrt, tensors)
+            if problem is not None:
+                raise CoarsenUnsupported(problem)
+            compiled.verified = True
+        one = torch.ones((), dtype=tensors[wrt[0]].dtype)
+        with torch.no_grad():
+            grads = compiled.fn(*tensors, *params, one)
+        out = tuple(fit_gradient(grads[positions[n]], args[n]) for n in nums)
+    else:
+        from sparsad.coarsen.jax_splice import run_adjoint
+        out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
+    return out[0] if single else out
+
+
+def _autodiff_gradient(fn, args, nums, single, backend):
+    if backend == "jax":
+        import jax
+        g = jax.grad(fn, argnums=nums[0] if single else tuple(nums))(*args)
+        return g
+    import torch
+    with torch.enable_grad():
+        call = list(args)
+        leaves = []
+        for n in nums:
+            call[n] = args[n].detach().requires_grad_(True)
+            leaves.append(call[n])
+        out = fn(*call)
+        grads = torch.autograd.grad(out, leaves, allow_unused=True)
+    grads = tuple(torch.zeros_like(l) if g is None else g for g, l in zip(grads, leaves))
+    return grads[0] if single else grads

@@ -1,0 +1,69 @@
+"""``explain``: what coarsening does to a function — SSA structure, closed forms, segments, code."""
+from __future__ import annotations
+
+from typing import Callable
+
+import sympy as sp
+
+from sparsad.coarsen import ssa
+from sparsad.coarsen.frontend import CoarsenUnsupported
+
+
+def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int | None = None) -> str:
+    """Describe how ``fn`` is coarsened on ``example_args``; print it (unless told not to) and return it."""
+    from sparsad.coarsen.api import Coarsened, _backend
+    from sparsad.coarsen.plan import build_plan
+
+    coarse = fn if isinstance(fn, Coarsened) else Coarsened(fn)
+    limit = max_segment or coarse.max_segment
+    name = getattr(coarse.fn, "__name__", "f")
+    lines = [f"coarsening of {name} (SOI size limit L = {limit})"]
+    try:
+        plan = build_plan(coarse.fn, example_args, limit, coarse.closed_forms)
+    except CoarsenUnsupported as why:
+        text = f"{lines[0]}\n  not coarsened, plain autograd is used: {why}"
+        if print_it:
+            print(text)
+        return text
+    graph = plan.graph
+    lines.append("SSA graph:")
+    lines.append(f"  inputs: {', '.join(f'{n.name}{list(n.shape)}' for n in graph.inputs)}")
+    for loop in graph.loops:
+        lines.append(f"  {ssa.describe(loop)}" + (f", break at line {loop.break_site[0]}" if loop.break_site else ""))
+    for site in graph.branch_sites:
+        lines.append(f"  if at line {site[0]}: φ on the recorded decision")
+    backend = _backend(example_args)
+    if backend == "torch":
+        import torch
+        with torch.no_grad():
+            _, record = plan.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in example_args])
+    else:
+        _, record = plan.run(*example_args)
+    elev = plan.elevation(record)
+    lines.append("closed forms and loop handling:")
+    lines.extend("  " + n for n in elev.notes) if elev.notes else lines.append("  (no traced loops)")
+    if elev.params:
+        lines.append("run-time parameters: " + ", ".join(f"{p.sym} = {p.kind} at line {p.site[0]}" for p in elev.params))
+    lines.append(f"segments of interest ({len(elev.segments)}):")
+    for seg in elev.segments:
+        if seg.kind == "view":
+            lines.append(f"  {seg.sym} = {seg.base}[{seg.key!r}]")
+        elif seg.kind == "reduce":
+            lines.append(f"  {seg.sym} = sum({sp.sstr(seg.expr)})")
+        else:
+            lines.append(f"  {seg.sym} = {sp.sstr(seg.expr)}")
+    for j, out in enumerate(elev.outputs):
+        lines.append(f"  output {j} = {sp.sstr(out)}")
+    tensors = [example_args[n.index] for n in graph.inputs]
+    wrt = tuple(i for i, t in enumerate(tensors) if "float" in str(t.dtype))
+    if wrt:
+        try:
+            compiled = plan.adjoint(elev, wrt, backend, tensors[wrt[0]])
+            lines.append("generated adjoint:")
+            lines.extend("  " + line for line in compiled.source.rstrip().splitlines())
+        except (CoarsenUnsupported, NotImplementedError) as why:
+            lines.append(f"no adjoint: {why}")
+    text = "\n".join(lines)
+    if print_it:
+        print(text)
+    return text

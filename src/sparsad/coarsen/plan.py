@@ -1,0 +1,113 @@
+"""Per-signature plans: trace once, record every call, elevate/differentiate/compile once per record shape.
+
+A ``Plan`` belongs to one call signature (tensor shapes and dtypes, values of the other
+arguments).  It holds the SSA graph and the recording primal.  Elevations depend on the record
+only through their ``assumptions`` (trip counts of unrolled loops); closed forms read trip
+counts and decisions as run-time parameters, so one compiled adjoint serves every run.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sparsad.coarsen import ssa
+from sparsad.coarsen.adjoint import AdjointProgram, differentiate
+from sparsad.coarsen.codegen import compile_source, generate_source, jax_namespace, torch_namespace
+from sparsad.coarsen.elevate import Elevation, elevate
+from sparsad.coarsen.frontend import CoarsenUnsupported, trace
+from sparsad.coarsen.record import Record, instrument
+
+
+class CoarsenFallbackWarning(UserWarning):
+    """Coarsening could not handle a function; plain autograd is used (the message says why)."""
+
+
+@dataclass
+class Compiled:
+    program: AdjointProgram
+    source: str
+    fn: Callable
+    verified: bool = False
+
+
+@dataclass
+class Plan:
+    fn: Callable
+    graph: ssa.Graph
+    run: Callable                       # recording primal: args -> (outputs, record)
+    max_segment: int
+    closed_forms: bool
+    elevations: list = field(default_factory=list)
+    compiled: dict = field(default_factory=dict)
+
+    @property
+    def needs_record(self) -> bool:
+        return bool(self.graph.loops or self.graph.branch_sites)
+
+    def elevation(self, record: Record | None) -> Elevation:
+        for elev in self.elevations:
+            if record is not None and all(_holds(record, a) for a in elev.assumptions):
+                return elev
+            if record is None and not elev.assumptions:
+                return elev
+        elev = elevate(self.graph, record, self.max_segment, self.closed_forms)
+        self.elevations.append(elev)
+        return elev
+
+    def adjoint(self, elev: Elevation, wrt: tuple[int, ...], backend: str, like) -> Compiled:
+        key = (id(elev), wrt, backend, str(getattr(like, "dtype", "")), str(getattr(like, "device", "")))
+        if key not in self.compiled:
+            program = differentiate(elev, list(wrt))
+            name = f"adjoint_{self.graph.name}"
+            source = generate_source(program, name, backend)
+            ns = torch_namespace(program, like) if backend == "torch" else jax_namespace(program, like.dtype)
+            self.compiled[key] = Compiled(program, source, compile_source(source, name, ns))
+        return self.compiled[key]
+
+
+def param_values(elev: Elevation, record: Record | None) -> list:
+    """Run-time values of the elevation's parameters, read from the record."""
+    values = []
+    for p in elev.params:
+        if p.kind == "branch":
+            values.append(record.decision(p.site, p.path, p.entry))
+        else:
+            n, broke = record.completed(p.site, p.path, p.entry)
+            values.append(n if p.kind == "trips" else broke)
+    return values
+
+
+def _holds(record: Record, assumption) -> bool:
+    kind, (site, path, entry), value = assumption
+    try:
+        return record.completed(site, path, entry) == value
+    except KeyError:
+        return False
+
+
+def signature(args: tuple) -> tuple:
+    sig = []
+    for a in args:
+        shape = getattr(a, "shape", None)
+        if shape is not None and hasattr(a, "dtype"):
+            sig.append(("T", tuple(shape), str(a.dtype)))
+        else:
+            try:
+                hash(a)
+                sig.append(("S", type(a).__name__, a))
+            except TypeError:
+                sig.append(("S", type(a).__name__, id(a)))
+    return tuple(sig)
+
+
+def build_plan(fn: Callable, args: tuple, max_segment: int, closed_forms: bool) -> Plan:
+    graph = trace(fn, args)
+    sites = [loop.site for loop in graph.loops] + list(graph.branch_sites)
+    return Plan(fn, graph, instrument(fn, sites), max_segment, closed_forms)
+
+
+def fallback_warning(fn: Callable, why: Exception | str) -> None:
+    text = str(why).splitlines()[0] if str(why) else type(why).__name__
+    warnings.warn(f"sparsad.coarsen: {getattr(fn, '__name__', fn)} falls back to plain autograd: {text}",
+                  CoarsenFallbackWarning, stacklevel=4)

@@ -1,0 +1,147 @@
+"""SymPy vocabulary of coarsening: reductions, stable special functions, shapes, stable rewrites.
+
+``VSum(e, n)`` is the sum of the ``n`` elements of the elementwise expression ``e``; it stays
+unevaluated so that loop-invariant factors can be hoisted out of it (``hoist_sum``).
+``Softplus`` and ``Sigmoid`` carry their own derivatives, so that rewriting ``log(1+exp(u))``
+before differentiation (§6) keeps the derivative stable too.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+
+class VSum(sp.Function):
+    """Sum over the ``n`` elements of an elementwise expression."""
+    nargs = 2
+    is_real = True
+
+    def _eval_derivative(self, s):  # d/ds of a sum is the sum of d/ds (s scalar)
+        return VSum(sp.diff(self.args[0], s), self.args[1])
+
+
+class Sigmoid(sp.Function):
+    nargs = 1
+    is_real = True
+
+    def fdiff(self, argindex=1):
+        u = self.args[0]
+        return Sigmoid(u) * (1 - Sigmoid(u))
+
+
+class Softplus(sp.Function):
+    """``log(1 + exp(u))`` evaluated without overflow."""
+    nargs = 1
+    is_real = True
+
+    def fdiff(self, argindex=1):
+        return Sigmoid(self.args[0])
+
+
+class Scatter(sp.Function):
+    """Adjoint of a view: ``Scatter(v, k)`` puts ``v`` at view ``k``'s place in a zero base."""
+    nargs = 2
+
+
+def real_symbol(name: str) -> sp.Symbol:
+    return sp.Symbol(name, real=True)
+
+
+def tree_size(expr: sp.Basic, cache: dict | None = None) -> int:
+    """Operation count of ``expr`` as a tree (shared sub-expressions counted each time)."""
+    cache = {} if cache is None else cache
+    if expr in cache:
+        return cache[expr]
+    if not expr.args:
+        size = 0
+    else:
+        size = 1 + sum(tree_size(a, cache) for a in expr.args)
+    cache[expr] = size
+    return size
+
+
+def shape_of(expr: sp.Basic, shapes: dict) -> tuple[int, ...]:
+    """Broadcast shape of ``expr`` given the shapes of its symbols (unknown symbols are scalars)."""
+    if isinstance(expr, VSum):
+        return ()
+    if isinstance(expr, sp.Symbol):
+        return shapes.get(expr, ())
+    if isinstance(expr, Scatter):
+        return shapes.get(("scatter", int(expr.args[1])), ())
+    result: tuple[int, ...] = ()
+    for arg in expr.args:
+        if isinstance(arg, sp.Basic) and not isinstance(arg, (sp.logic.boolalg.BooleanAtom,)):
+            sub = shape_of(arg, shapes)
+            if len(sub) > len(result):
+                result = sub
+    return result
+
+
+def hoist_sum(body: sp.Expr, length: int, shapes: dict, scalars: set) -> sp.Expr:
+    """``VSum(body)`` with factors in the scalar symbols ``scalars`` pulled out (loop-invariant hoisting).
+
+    ``Σ_i (2 x_i y_i - 2 x_i^2 w)`` becomes ``2 VSum(x y) - 2 w VSum(x^2)`` when ``w`` is in
+    ``scalars``; sums of element-free terms become ``length * term``.  Non-polynomial bodies
+    are left as one sum.
+    """
+    gens = [s for s in body.free_symbols if s in scalars]
+    if not gens:
+        return _plain_sum(body, length, shapes)
+    try:
+        poly = sp.Poly(sp.expand(body), *gens)
+    except sp.PolynomialError:
+        return VSum(body, length)
+    if any(c.free_symbols & set(gens) for c in poly.coeffs()) or len(poly.terms()) > 12:
+        return VSum(body, length)
+    total = sp.Integer(0)
+    for monomial, coeff in poly.terms():
+        factor = sp.Mul(*[g ** e for g, e in zip(gens, monomial)])
+        total += factor * _plain_sum(coeff, length, shapes)
+    return total
+
+
+def _plain_sum(body: sp.Expr, length: int, shapes: dict) -> sp.Expr:
+    if shape_of(body, shapes) == ():
+        return body * length
+    return VSum(body, length)
+
+
+def _is_one_plus_exp(arg: sp.Expr):
+    """``u`` when ``arg`` is ``1 + exp(u)``, else None."""
+    if isinstance(arg, sp.Add) and len(arg.args) == 2:
+        a, b = arg.args
+        for one, other in ((a, b), (b, a)):
+            if one == 1 and isinstance(other, sp.exp):
+                return other.args[0]
+    return None
+
+
+def stabilize(expr: sp.Expr) -> sp.Expr:
+    """Rewrite numerically unstable patterns (§6): ``log(1+e^u)`` → softplus, logistic → sigmoid."""
+    def is_log_one_plus_exp(e):
+        return isinstance(e, sp.log) and _is_one_plus_exp(e.args[0]) is not None
+
+    expr = expr.replace(is_log_one_plus_exp, lambda e: Softplus(_is_one_plus_exp(e.args[0])))
+
+    def is_logistic(e):
+        return (isinstance(e, sp.Pow) and e.args[1] == -1 and _is_one_plus_exp(e.args[0]) is not None)
+
+    expr = expr.replace(is_logistic, lambda e: Sigmoid(-_is_one_plus_exp(e.args[0])))
+
+    def is_exp_over(e):  # exp(u) * Sigmoid(-u) == Sigmoid(u)
+        if not isinstance(e, sp.Mul):
+            return False
+        exps = [a for a in e.args if isinstance(a, sp.exp)]
+        sigs = [a for a in e.args if isinstance(a, Sigmoid)]
+        return any(sp.simplify(x.args[0] + s.args[0]) == 0 for x in exps for s in sigs)
+
+    def fold(e):
+        args = list(e.args)
+        for x in [a for a in args if isinstance(a, sp.exp)]:
+            for s in [a for a in args if isinstance(a, Sigmoid)]:
+                if x in args and s in args and sp.simplify(x.args[0] + s.args[0]) == 0:
+                    args.remove(x)
+                    args.remove(s)
+                    args.append(Sigmoid(x.args[0]))
+        return sp.Mul(*args)
+
+    return expr.replace(is_exp_over, fold)
