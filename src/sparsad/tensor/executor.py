@@ -166,10 +166,12 @@ class Executor:
             if any(is_sparse(a) for a in args):
                 return sparse_einsum(subs, *args)
             return expr(*args, backend=b.name)
-        if isinstance(node, Add):
-            return args[0] + args[1]
-        if isinstance(node, Sub):
-            return args[0] - args[1]
+        if isinstance(node, (Add, Sub)):
+            a, b = args
+            if is_sparse(a) != is_sparse(b):      # sparse + dense is dense: say so
+                a, b = densify(a, f"{type(node).__name__} with a dense operand"), \
+                    densify(b, f"{type(node).__name__} with a dense operand")
+            return a + b if isinstance(node, Add) else a - b
         if isinstance(node, Scale):
             return float(node.coef) * args[0]
         if isinstance(node, Elementwise):
