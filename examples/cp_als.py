@@ -41,17 +41,31 @@ def fit_of(x: np.ndarray, factors: list[np.ndarray]) -> float:
     return 1.0 - np.linalg.norm(x - approx) / np.linalg.norm(x)
 
 
-def cp_als(x: np.ndarray, rank: int, n_iter: int = 50, seed: int = 0, init=None, tol: float = 0.0):
+class CPALS:
+    """The optimized ALS updates for one shape and rank, planned once and run for many sweeps."""
+
+    def __init__(self, shape, rank):
+        self.X, self.factors, self.loss, _, self.updates = cp_graph(tuple(shape), rank)
+        # reuse=True keeps the dimension-tree intermediates (X times the last factor) between
+        # the updates of one sweep.
+        self.executor = T.Executor(self.updates + [self.loss], reuse=True)
+
+    def sweep(self, x: np.ndarray, vals: list[np.ndarray]) -> list[np.ndarray]:
+        for n, update in enumerate(self.updates):
+            feed = {self.X: x, **dict(zip(self.factors, vals))}
+            (vals[n],) = self.executor.run(feed, out=[update])
+        return vals
+
+
+def cp_als(x: np.ndarray, rank: int, n_iter: int = 50, seed: int = 0, init=None, tol: float = 0.0,
+           solver: CPALS | None = None):
     """ALS with the AD-derived, optimized updates. Returns (factors, fits per sweep)."""
-    X, factors, loss, _, updates = cp_graph(x.shape, rank)
-    executor = T.Executor(updates + [loss], reuse=True)
+    solver = solver or CPALS(x.shape, rank)
     rng = np.random.default_rng(seed)
     vals = [np.array(f) for f in init] if init is not None else [rng.random((s, rank)) for s in x.shape]
     fits = []
     for _ in range(n_iter):
-        for n, update in enumerate(updates):
-            feed = {X: x, **dict(zip(factors, vals))}
-            (vals[n],) = executor.run(feed, out=[update])
+        vals = solver.sweep(x, vals)
         fits.append(fit_of(x, vals))
         if tol and len(fits) > 1 and abs(fits[-1] - fits[-2]) < tol:
             break
