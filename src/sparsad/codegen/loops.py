@@ -1,0 +1,730 @@
+"""The imperative loop IR and the lowering of a physical program into it (∇SD §5.5).
+
+Lowering is destination-passing: `_emit(expr, keys, scale, sink)` produces statements that add
+`scale * expr` into a destination at the key path `keys`, where `sink(keys, value)` says what
+"add into the destination" means (the kernel's output, a local container, a scalar accumulator,
+or, for an outer product, emitting the right operand). So
+
+- `sum(<k, v> in src) body`  becomes a loop over src whose body is emitted in place;
+- `{ k -> v }`               extends the key path by k;
+- `a + b`                    emits both sides into the same destination;
+- `s * d` (s a scalar)       emits d with the scale multiplied by s;
+- `d1 * d2` (outer product)  emits d2 at every leaf of d1;
+- scalar subexpressions are computed as values; a scalar `sum` becomes a local accumulator
+  (so SpMV's row sum is accumulated in a register and written once);
+- `let x = e` binds a scalar local, aliases a range, sub-array or array, or fills a local
+  container (a dense workspace when its keys have a known range, else a hash map) that the
+  body then iterates or looks up.
+
+Every integer value carries a symbolic interval (`bounds`), so array reads can run unchecked
+after a cheap check of the inputs; reads whose index has no interval are guarded and read zero
+outside the array, as the language says. Whatever cannot be lowered raises UnsupportedError
+naming the construct, and the caller falls back to the interpreter.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from sparsad.codegen import bounds as B
+from sparsad.errors import UnsupportedError
+from sparsad.lang.names import desugar_let_tuples
+from sparsad.lang.printer import to_text
+from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, Lookup, Neg, Not,
+                                 Range, Singleton, SubArray, Sum, Unique, Var, walk)
+from sparsad.lang.typecheck import infer
+from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
+
+# ----------------------------------------------------------------------------------------
+# IR expressions (scalars)
+
+
+class IRExpr:
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class Num(IRExpr):
+    value: float | int | bool
+
+
+@dataclass(frozen=True)
+class Ref(IRExpr):
+    name: str
+
+
+@dataclass(frozen=True)
+class Op(IRExpr):
+    """Binary operator: + - * / == < <= and."""
+    op: str
+    left: IRExpr
+    right: IRExpr
+
+
+@dataclass(frozen=True)
+class Unary(IRExpr):
+    op: str  # "-" or "not"
+    operand: IRExpr
+
+
+@dataclass(frozen=True)
+class Fn(IRExpr):
+    """A built-in function of the language (exp, log, ...) or max/min on indices."""
+    name: str
+    args: tuple[IRExpr, ...]
+
+
+@dataclass(frozen=True)
+class Load(IRExpr):
+    """`array[index]` of an input array; guarded reads give zero outside the array."""
+    array: str
+    index: IRExpr
+    guarded: bool = False
+
+
+@dataclass(frozen=True)
+class Length(IRExpr):
+    array: str
+
+
+@dataclass(frozen=True)
+class LocalGet(IRExpr):
+    """The value at key in a local container (zero when absent)."""
+    container: str
+    key: IRExpr
+
+
+@dataclass(frozen=True)
+class Choose(IRExpr):
+    """`then if cond else orelse`."""
+    cond: IRExpr
+    then: IRExpr
+    orelse: IRExpr
+
+
+# ----------------------------------------------------------------------------------------
+# IR statements
+
+
+class Stmt:
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class Assign(Stmt):
+    name: str
+    value: IRExpr
+
+
+@dataclass(frozen=True)
+class AddTo(Stmt):
+    """A scalar accumulator: `name += value`."""
+    name: str
+    value: IRExpr
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    """`for var in range(start, end): body`."""
+    var: str
+    start: IRExpr
+    end: IRExpr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class ForItems(Stmt):
+    """Each (key, value) of a local container."""
+    key: str
+    value: str
+    container: str
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Accumulate(Stmt):
+    """`target[keys] += value`; target OUTPUT is the kernel's destination, else a container."""
+    target: str
+    keys: tuple[IRExpr, ...]
+    value: IRExpr
+    key_ivs: tuple[B.IV | None, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class IfThen(Stmt):
+    cond: IRExpr
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fill(Stmt):
+    """Start (re)filling a local container: empty it."""
+    container: str
+
+
+@dataclass(frozen=True)
+class Container:
+    """A local `{int -> scalar}`: 'workspace' (dense array sized by key_iv) or 'hash'."""
+    name: str
+    kind: str
+    key_iv: B.IV | None
+    leaf: str  # "real" or "int"
+
+
+OUTPUT = "out"
+
+
+@dataclass(frozen=True)
+class LoopProgram:
+    """A lowered kernel: parameters (the inputs), body, local containers, output facts."""
+    params: tuple[str, ...]
+    param_types: tuple[Type, ...]
+    body: tuple[Stmt, ...]
+    containers: tuple[Container, ...]
+    depth: int                      # nesting of the output: 0 scalar, 1 vector, 2 matrix, ...
+    leaf: str                       # "real" or "int"
+    result_type: Type
+    key_ivs: tuple[B.IV | None, ...]  # per output level: the hull of every written key
+    checks: tuple[B.Check, ...]     # read checks on the inputs
+    program: Expr
+
+
+Sink = Callable[[tuple, IRExpr], list]
+
+# ----------------------------------------------------------------------------------------
+# Bindings of language names during lowering
+
+
+@dataclass(frozen=True)
+class _Scalar:
+    expr: IRExpr
+    iv: B.IV | None
+
+
+@dataclass(frozen=True)
+class _Array:
+    name: str
+
+
+@dataclass(frozen=True)
+class _Local:
+    name: str
+
+
+@dataclass(frozen=True)
+class _RangeSrc:
+    start: IRExpr
+    end: IRExpr
+    start_iv: B.IV | None
+    end_iv: B.IV | None
+
+
+@dataclass(frozen=True)
+class _SubSrc:
+    array: str
+    start: IRExpr
+    end: IRExpr
+    start_iv: B.IV | None
+    end_iv: B.IV | None
+
+
+@dataclass(frozen=True)
+class _Empty:
+    pass
+
+
+def _unsupported(what: str, expr: Expr) -> UnsupportedError:
+    text = to_text(expr).replace("\n", " ")
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return UnsupportedError(f"code generation does not support {what}: {text}; "
+                            f"run the program with the interpreter (sparsad.lang.interpret.evaluate)")
+
+
+def _leaf_of(t: Type) -> str:
+    while isinstance(t, Dict):
+        t = t.value
+    if isinstance(t, Real):
+        return "real"
+    if isinstance(t, Int):
+        return "int"
+    return "bool" if isinstance(t, Bool) else "zero"
+
+
+def _depth(t: Type) -> int:
+    depth = 0
+    while isinstance(t, Dict):
+        depth += 1
+        t = t.value
+    return depth
+
+
+def _zero(t: Type) -> Num:
+    return Num(0) if _leaf_of(t) == "int" else Num(0.0)
+
+
+_IDENT = re.compile(r"[^A-Za-z0-9_]")
+
+
+class _Lowerer:
+    def __init__(self, input_types: Mapping[str, Type]):
+        self.input_types = dict(input_types)
+        self.used = set(input_types) | {OUTPUT}
+        self.counter = 0
+        self.containers: dict[str, Container] = {}
+        self.container_ivs: dict[str, B.IV | None] = {}
+        self.checks: list[B.Check] = []
+        self.out_ivs: list[list[B.IV | None]] = []
+
+    # -- names -------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        base = _IDENT.sub("", hint.replace("'", "p")).strip("_") or "t"
+        if base[0].isdigit():
+            base = "t" + base
+        while True:
+            self.counter += 1
+            name = f"{base}_{self.counter}"
+            if name not in self.used:
+                self.used.add(name)
+                return name
+
+    def check(self, iv: B.IV, array: str, what: str = "reads") -> None:
+        item = B.Check(iv, array, what)
+        if item not in self.checks:
+            self.checks.append(item)
+
+    @staticmethod
+    def typeof(expr: Expr, tenv: dict) -> Type:
+        return infer(expr, tenv)
+
+    def bind_local_value(self, stmts: list, ir: IRExpr, hint: str) -> IRExpr:
+        """ir itself when it is cheap to repeat, else a fresh local assigned once."""
+        if isinstance(ir, (Num, Ref)):
+            return ir
+        name = self.fresh(hint)
+        stmts.append(Assign(name, ir))
+        return Ref(name)
+
+    # -- scalars -------------------------------------------------------------------------
+    def scalar(self, e: Expr, env: dict, tenv: dict) -> tuple[list, IRExpr, B.IV | None]:
+        """Statements to run first, the value, and (for ints) its interval."""
+        match e:
+            case Const(value=v):
+                iv = B.IConst(v) if isinstance(v, int) and not isinstance(v, bool) else None
+                return [], Num(v), iv
+            case Var(name=n):
+                binding = env.get(n)
+                if isinstance(binding, _Scalar):
+                    return [], binding.expr, binding.iv
+                if isinstance(binding, _Empty):
+                    return [], Num(0.0), B.IConst(0)
+                raise _unsupported("a dictionary where a number is expected", e)
+            case EmptyDict():
+                return [], Num(0.0), B.IConst(0)
+            case Unique(operand=o):
+                return self.scalar(o, env, tenv)
+            case Binary(op=op, left=l, right=r):
+                pl, el, il = self.scalar(l, env, tenv)
+                pr, er, ir_ = self.scalar(r, env, tenv)
+                code = {"=": "==", "<": "<"}.get(op, op)
+                return pl + pr, Op(code, el, er), B.arith(op, il, ir_)
+            case Neg(operand=o):
+                pre, value, iv = self.scalar(o, env, tenv)
+                return pre, Unary("-", value), B.arith("-", B.IConst(0), iv)
+            case Not(operand=o):
+                pre, value, _ = self.scalar(o, env, tenv)
+                return pre, Unary("not", value), None
+            case Call(func=f, args=args):
+                pre, values = [], []
+                for arg in args:
+                    p, v, _ = self.scalar(arg, env, tenv)
+                    pre += p
+                    values.append(v)
+                return pre, Fn(f, tuple(values)), None
+            case Lookup(dict=d, key=k):
+                return self.lookup(e, d, k, env, tenv)
+            case If(cond=c, then=t, orelse=o):
+                pre, cond, _ = self.scalar(c, env, tenv)
+                result_type = self.typeof(e, tenv)
+                pt, vt, it = self.scalar(t, env, tenv)
+                if o is None:
+                    po, vo, io = [], _zero(result_type), B.IConst(0)
+                else:
+                    po, vo, io = self.scalar(o, env, tenv)
+                if not pt and not po:
+                    return pre, Choose(cond, vt, vo), B.join(it, io)
+                name = self.fresh("c")
+                stmt = IfThen(cond, tuple(pt + [Assign(name, vt)]), tuple(po + [Assign(name, vo)]))
+                return pre + [stmt], Ref(name), B.join(it, io)
+            case Let(name=n, value=v, body=b):
+                pre, env2, tenv2 = self.bind(n, v, env, tenv)
+                more, value, iv = self.scalar(b, env2, tenv2)
+                return pre + more, value, iv
+            case Sum():
+                result_type = self.typeof(e, tenv)
+                name = self.fresh("acc")
+
+                def into_accumulator(keys, value):
+                    return [AddTo(name, value)]
+
+                body = self.emit(e, (), None, into_accumulator, env, tenv)
+                return [Assign(name, _zero(result_type)), *body], Ref(name), None
+        raise _unsupported("this construct as a number", e)
+
+    def lookup(self, e: Lookup, d: Expr, k: Expr, env: dict, tenv: dict):
+        if not isinstance(d, Var):
+            # bind the dictionary first (a range, sub-array or materialized container)
+            name = self.fresh("d")
+            pre, env2, tenv2 = self.bind(name, d, env, tenv)
+            more, value, iv = self.lookup(Lookup(Var(name), k), Var(name), k, env2, tenv2)
+            return pre + more, value, iv
+        pre, key, key_iv = self.scalar(k, env, tenv)
+        binding = env.get(d.name)
+        match binding:
+            case _Array(name=array):
+                int_valued = _leaf_of(self.input_types[array]) == "int"
+                value_iv = B.IArray(array) if int_valued else None
+                if key_iv is None:
+                    return pre, Load(array, key, guarded=True), value_iv
+                self.check(key_iv, array)
+                return pre, Load(array, key), value_iv
+            case _Local(name=container):
+                return pre, LocalGet(container, key), None
+            case _RangeSrc(start=s, end=en):
+                key = self.bind_local_value(pre, key, "k")
+                inside = Op("and", Op("<=", s, key), Op("<", key, en))
+                return pre, Choose(inside, key, Num(0)), key_iv
+            case _SubSrc(array=array, start=s, end=en):
+                key = self.bind_local_value(pre, key, "k")
+                inside = Op("and", Op("<=", s, key), Op("<", key, en))
+                int_valued = _leaf_of(self.input_types[array]) == "int"
+                zero = Num(0) if int_valued else Num(0.0)
+                value_iv = B.IArray(array) if int_valued else None
+                return pre, Choose(inside, Load(array, key, guarded=True), zero), value_iv
+            case _Empty():
+                return pre, Num(0.0), B.IConst(0)
+            case _Scalar():
+                raise _unsupported("a lookup into a number", e)
+        raise _unsupported(f"a lookup into the unbound name {d.name!r}", e)
+
+    # -- let -----------------------------------------------------------------------------
+    def bind(self, name: str, value: Expr, env: dict, tenv: dict) -> tuple[list, dict, dict]:
+        """Statements, and the environments with `name` bound to value."""
+        value_type = self.typeof(value, tenv)
+        env2, tenv2 = dict(env), dict(tenv)
+        tenv2[name] = value_type
+        if isinstance(value_type, Zero):
+            env2[name] = _Empty()
+            return [], env2, tenv2
+        if not isinstance(value_type, Dict):
+            pre, ir, iv = self.scalar(value, env, tenv)
+            env2[name] = _Scalar(self.bind_local_value(pre, ir, name), iv)
+            return pre, env2, tenv2
+        while isinstance(value, Unique):
+            value = value.operand
+        if isinstance(value, Var):
+            if value.name not in env:
+                raise _unsupported(f"the unbound name {value.name!r}", value)
+            env2[name] = env[value.name]
+            return [], env2, tenv2
+        if isinstance(value, Range):
+            pre, s, si = self.scalar(value.start, env, tenv)
+            p2, en, ei = self.scalar(value.end, env, tenv)
+            pre += p2
+            s, en = self.bind_local_value(pre, s, "st"), self.bind_local_value(pre, en, "en")
+            env2[name] = _RangeSrc(s, en, si, ei)
+            return pre, env2, tenv2
+        if isinstance(value, SubArray) and isinstance(value.array, Var) \
+                and isinstance(env.get(value.array.name), _Array):
+            pre, s, si = self.scalar(value.start, env, tenv)
+            p2, en, ei = self.scalar(value.end, env, tenv)
+            pre += p2
+            s, en = self.bind_local_value(pre, s, "st"), self.bind_local_value(pre, en, "en")
+            env2[name] = _SubSrc(env[value.array.name].name, s, en, si, ei)
+            return pre, env2, tenv2
+        pre, container = self.materialize(name, value, env, tenv)
+        env2[name] = _Local(container)
+        return pre, env2, tenv2
+
+    def materialize(self, hint: str, value: Expr, env: dict, tenv: dict) -> tuple[list, str]:
+        """Fill a local container with a `{int -> scalar}` value; returns (statements, name)."""
+        value_type = self.typeof(value, tenv)
+        if _depth(value_type) != 1 or _leaf_of(value_type) not in ("real", "int"):
+            raise _unsupported("an intermediate dictionary that is nested or not numeric "
+                               "(only {int -> real|int} intermediates are built)", value)
+        name = self.fresh(hint)
+        self.container_ivs[name] = B.IConst(0)  # placeholder until the writes are known
+        first = [True]
+
+        def into_container(keys, v):
+            (key, key_iv), = keys
+            if first[0]:
+                self.container_ivs[name] = key_iv
+                first[0] = False
+            else:
+                self.container_ivs[name] = B.join(self.container_ivs[name], key_iv)
+            return [Accumulate(name, (key,), v, (key_iv,))]
+
+        body = self.emit(value, (), None, into_container, env, tenv)
+        key_iv = None if first[0] else self.container_ivs[name]
+        kind = "workspace" if key_iv is not None else "hash"
+        if first[0]:
+            kind = "hash"  # never written: an empty map costs nothing
+        self.containers[name] = Container(name, kind, key_iv, _leaf_of(value_type))
+        if kind == "workspace":
+            self.check(key_iv, name, "writes the intermediate")
+        return [Fill(name), *body], name
+
+    # -- loops ---------------------------------------------------------------------------
+    def loop(self, source: Expr, k: str, v: str, env: dict, tenv: dict, body_fn) -> list:
+        """A loop over the entries of source binding k and v, with body_fn(env, tenv) inside."""
+        source_type = self.typeof(source, tenv)
+        if isinstance(source_type, Zero):
+            return []
+        if not isinstance(source_type, Dict):
+            raise _unsupported("a sum over a number", source)
+        tenv2 = dict(tenv)
+        if k != "_":
+            tenv2[k] = source_type.key
+        if v != "_":
+            tenv2[v] = source_type.value
+        while isinstance(source, Unique):
+            source = source.operand
+        binding = env.get(source.name) if isinstance(source, Var) else None
+        if isinstance(source, Var) and binding is None:
+            raise _unsupported(f"the unbound name {source.name!r}", source)
+        if isinstance(source, EmptyDict) or isinstance(binding, _Empty):
+            return []
+        if isinstance(source, Range) or isinstance(binding, _RangeSrc):
+            pre = []
+            if isinstance(source, Range):
+                p1, s, si = self.scalar(source.start, env, tenv)
+                p2, en, ei = self.scalar(source.end, env, tenv)
+                pre = p1 + p2
+            else:
+                s, en, si, ei = binding.start, binding.end, binding.start_iv, binding.end_iv
+            var = self.fresh(k if k != "_" else v)
+            iv = B.IRange(si, ei) if si is not None and ei is not None else None
+            env2 = dict(env)
+            for name in (k, v):
+                if name != "_":
+                    env2[name] = _Scalar(Ref(var), iv)
+            return pre + [For(var, s, en, tuple(body_fn(env2, tenv2)))]
+        if (isinstance(source, SubArray) and isinstance(source.array, Var)
+                and isinstance(env.get(source.array.name), _Array)) or isinstance(binding, _SubSrc):
+            pre = []
+            if isinstance(source, SubArray):
+                array = env[source.array.name].name
+                p1, s, si = self.scalar(source.start, env, tenv)
+                p2, en, ei = self.scalar(source.end, env, tenv)
+                pre = p1 + p2
+            else:
+                array, s, en = binding.array, binding.start, binding.end
+                si, ei = binding.start_iv, binding.end_iv
+            return pre + self.array_loop(array, s, en, si, ei, k, v, env, tenv2, body_fn)
+        if isinstance(binding, _Array):
+            array = binding.name
+            return self.array_loop(array, Num(0), Length(array), B.IConst(0), B.ILen(array),
+                                   k, v, env, tenv2, body_fn)
+        if isinstance(binding, _Local):
+            return self.items_loop(binding.name, k, v, env, tenv2, body_fn)
+        if isinstance(binding, _Scalar):
+            raise _unsupported("a sum over a number", source)
+        if isinstance(source, Singleton):
+            pre, env2, tenv3 = self.bind(k, source.key, env, tenv) if k != "_" else ([], env, tenv)
+            p2, env3, tenv4 = self.bind(v, source.value, env2, tenv3) if v != "_" else ([], env2, tenv3)
+            return pre + p2 + body_fn(env3, tenv4)
+        if isinstance(source, Let):
+            pre, env2, tenv3 = self.bind(source.name, source.value, env, tenv)
+            return pre + self.loop(source.body, k, v, env2, tenv3, body_fn)
+        pre, container = self.materialize("tmp", source, env, tenv)
+        return pre + self.items_loop(container, k, v, env, tenv2, body_fn)
+
+    def array_loop(self, array, start, end, start_iv, end_iv, k, v, env, tenv2, body_fn) -> list:
+        """Positions start..end-1 of an input array (clamped to the array when unprovable)."""
+        position = self.fresh(k if k != "_" else "p")
+        pre: list = []
+        if start_iv is not None and end_iv is not None:
+            iv = B.IRange(start_iv, end_iv)
+            if not (start == Num(0) and end == Length(array)):
+                self.check(iv, array)
+        else:  # read only existing keys: the sub-array semantics, at no cost per iteration
+            start, end = Fn("max", (start, Num(0))), Fn("min", (end, Length(array)))
+            iv = B.IRange(B.IConst(0), B.ILen(array))
+        env2 = dict(env)
+        inner: list = []
+        if k != "_":
+            env2[k] = _Scalar(Ref(position), iv)
+        if v != "_":
+            int_valued = _leaf_of(self.input_types[array]) == "int"
+            value = self.fresh(v)
+            inner.append(Assign(value, Load(array, Ref(position))))
+            env2[v] = _Scalar(Ref(value), B.IArray(array) if int_valued else None)
+        return pre + [For(position, start, end, tuple(inner + body_fn(env2, tenv2)))]
+
+    def items_loop(self, container, k, v, env, tenv2, body_fn) -> list:
+        key, value = self.fresh(k if k != "_" else "k"), self.fresh(v if v != "_" else "v")
+        env2 = dict(env)
+        if k != "_":
+            env2[k] = _Scalar(Ref(key), self.container_ivs.get(container))
+        if v != "_":
+            env2[v] = _Scalar(Ref(value), None)
+        return [ForItems(key, value, container, tuple(body_fn(env2, tenv2)))]
+
+    # -- destination-passing emission -------------------------------------------------
+    def scaled(self, value: IRExpr, scale: IRExpr | None) -> IRExpr:
+        return value if scale is None else Op("*", scale, value)
+
+    def times(self, stmts: list, scale: IRExpr | None, factor: IRExpr) -> IRExpr:
+        combined = factor if scale is None else Op("*", scale, factor)
+        return self.bind_local_value(stmts, combined, "s")
+
+    def emit(self, e: Expr, keys: tuple, scale: IRExpr | None, sink: Sink, env: dict,
+             tenv: dict) -> list:
+        """Statements adding scale * e into the destination at keys (see the module doc)."""
+        t = self.typeof(e, tenv)
+        if isinstance(t, Zero):
+            return []
+        if not isinstance(t, Dict):
+            if isinstance(e, Sum) and not keys and scale is None:
+                # already accumulating a scalar: add every term straight into it
+                return self.loop(e.source, e.key, e.val, env, tenv,
+                                 lambda env2, tenv2: self.emit(e.body, keys, scale, sink, env2, tenv2))
+            if isinstance(e, If):
+                return self.emit_if(e, keys, scale, sink, env, tenv)
+            pre, value, _ = self.scalar(e, env, tenv)
+            if value == Num(0) or value == Num(0.0):
+                return pre
+            return pre + sink(keys, self.scaled(value, scale))
+        match e:
+            case Unique(operand=o):
+                return self.emit(o, keys, scale, sink, env, tenv)
+            case Singleton(key=k, value=v):
+                pre, key, key_iv = self.scalar(k, env, tenv)
+                key = self.bind_local_value(pre, key, "key")
+                return pre + self.emit(v, keys + ((key, key_iv),), scale, sink, env, tenv)
+            case Sum(key=k, val=v, source=s, body=b):
+                return self.loop(s, k, v, env, tenv,
+                                 lambda env2, tenv2: self.emit(b, keys, scale, sink, env2, tenv2))
+            case Let(name=n, value=v, body=b):
+                pre, env2, tenv2 = self.bind(n, v, env, tenv)
+                return pre + self.emit(b, keys, scale, sink, env2, tenv2)
+            case If():
+                return self.emit_if(e, keys, scale, sink, env, tenv)
+            case Binary(op="+", left=l, right=r):
+                return (self.emit(l, keys, scale, sink, env, tenv)
+                        + self.emit(r, keys, scale, sink, env, tenv))
+            case Binary(op="-", left=l, right=r):
+                pre: list = []
+                negated = self.times(pre, scale, Num(-1))
+                return (self.emit(l, keys, scale, sink, env, tenv)
+                        + pre + self.emit(r, keys, negated, sink, env, tenv))
+            case Neg(operand=o):
+                pre = []
+                negated = self.times(pre, scale, Num(-1))
+                return pre + self.emit(o, keys, negated, sink, env, tenv)
+            case Binary(op="*", left=l, right=r):
+                return self.emit_product(e, l, r, keys, scale, sink, env, tenv)
+            case Var() | Range() | SubArray():
+                k, v = self.fresh("k"), self.fresh("v")
+                return self.loop(e, k, v, env, tenv, lambda env2, tenv2: self.emit(
+                    Singleton(Var(k), Var(v)), keys, scale, sink, env2, tenv2))
+            case Lookup():
+                raise _unsupported("a lookup that yields a dictionary", e)
+        raise _unsupported("this dictionary expression", e)
+
+    def emit_if(self, e: If, keys, scale, sink, env, tenv) -> list:
+        pre, cond, _ = self.scalar(e.cond, env, tenv)
+        then = self.emit(e.then, keys, scale, sink, env, tenv)
+        orelse = [] if e.orelse is None else self.emit(e.orelse, keys, scale, sink, env, tenv)
+        if not then and not orelse:
+            return pre
+        return pre + [IfThen(cond, tuple(then), tuple(orelse))]
+
+    def emit_product(self, e, l, r, keys, scale, sink, env, tenv) -> list:
+        lt, rt = self.typeof(l, tenv), self.typeof(r, tenv)
+        if isinstance(lt, Zero) or isinstance(rt, Zero):
+            return []
+        if not isinstance(lt, Dict) or not isinstance(rt, Dict):
+            factor_expr, dict_expr = (l, r) if not isinstance(lt, Dict) else (r, l)
+            pre, factor, _ = self.scalar(factor_expr, env, tenv)
+            combined = self.times(pre, scale, factor)
+            return pre + self.emit(dict_expr, keys, combined, sink, env, tenv)
+        # outer product: the right operand is added at every leaf of the left one, scaled by
+        # the left leaf; a costly right operand is built once, before the loops of the left.
+        pre: list = []
+        env2, tenv2 = env, tenv
+        if any(isinstance(node, Sum) for node in walk(r)) and not isinstance(r, Var):
+            name = self.fresh("rhs")
+            pre, env2, tenv2 = self.bind(name, r, env, tenv)
+            r = Var(name)
+
+        def right_at_leaf(leaf_keys, value):
+            stmts: list = []
+            leaf_scale = self.bind_local_value(stmts, value, "s")
+            return stmts + self.emit(r, leaf_keys, leaf_scale, sink, env2, tenv2)
+
+        return pre + self.emit(l, keys, scale, right_at_leaf, env2, tenv2)
+
+
+def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
+    """The loop program of a physical program whose inputs are ints, reals and 1-D arrays."""
+    for name, t in input_types.items():
+        if not name.isidentifier():
+            raise UnsupportedError(f"input name {name!r} is not an identifier; rename it")
+        if isinstance(t, Dict) and (isinstance(t.value, Dict) or not isinstance(t.value, (Real, Int))):
+            raise UnsupportedError(f"input {name!r} has type {t}; compiled kernels take ints, reals "
+                                   f"and 1-D arrays {{dense_int -> int|real}} (bind nested inputs "
+                                   f"to their physical definitions first)")
+    expr = desugar_let_tuples(expr)
+    result_type = infer(expr, input_types)
+    leaf = _leaf_of(result_type)
+    if leaf not in ("real", "int"):
+        if isinstance(result_type, Zero):
+            raise UnsupportedError("the program is the empty dictionary {}: there is nothing to compile")
+        raise UnsupportedError(f"a program whose result is {result_type}; compiled kernels return "
+                               f"numbers or dictionaries of numbers")
+    depth = _depth(result_type)
+    lowerer = _Lowerer(input_types)
+    env: dict = {}
+    for name, t in input_types.items():
+        if isinstance(t, Dict):
+            env[name] = _Array(name)
+        else:
+            env[name] = _Scalar(Ref(name), B.IScalar(name) if isinstance(t, Int) else None)
+    out_ivs: list[list] = [[] for _ in range(depth)]
+
+    def into_output(keys, value):
+        if len(keys) != depth:
+            raise UnsupportedError(f"code generation reached a value at key depth {len(keys)} of "
+                                   f"an output of depth {depth}")
+        for level, (_, iv) in enumerate(keys):
+            out_ivs[level].append(iv)
+        return [Accumulate(OUTPUT, tuple(k for k, _ in keys), value, tuple(iv for _, iv in keys))]
+
+    body = lowerer.emit(expr, (), None, into_output, env, dict(input_types))
+    key_ivs = []
+    for ivs in out_ivs:
+        hull = ivs[0] if ivs else B.IConst(0)
+        for iv in ivs[1:]:
+            hull = B.join(hull, iv)
+        key_ivs.append(hull)
+    return LoopProgram(params=tuple(input_types), param_types=tuple(input_types.values()),
+                       body=tuple(body), containers=tuple(lowerer.containers.values()),
+                       depth=depth, leaf=leaf, result_type=result_type, key_ivs=tuple(key_ivs),
+                       checks=tuple(lowerer.checks), program=expr)
+
+
+def accumulates(stmts, target: str = OUTPUT):
+    """Every Accumulate into target inside stmts (any depth)."""
+    for stmt in stmts:
+        match stmt:
+            case Accumulate(target=t) if t == target:
+                yield stmt
+            case For(body=b) | ForItems(body=b):
+                yield from accumulates(b, target)
+            case IfThen(then=t, orelse=o):
+                yield from accumulates(t, target)
+                yield from accumulates(o, target)

@@ -1,0 +1,469 @@
+"""Loop IR -> Python source -> `numba.njit(cache=True)` kernel, with in-memory and on-disk caches.
+
+`compile_physical(expr, input_types, output="auto", shape=None)` lowers a physical program
+(`codegen.loops`), picks the output (`codegen.outputs`), writes the kernel's source as a
+module named by its hash under the kernel cache directory (``$SPARSAD_KERNEL_CACHE`` or
+``~/.cache/sparsad/kernels``) and imports it, so that Numba's own on-disk cache makes a second
+process start without recompiling. Kernels are also kept in memory per (program text, input
+types with their extents, output, shape).
+
+A `Kernel` is called with the physical inputs by name. Before the compiled code runs, the
+inputs are checked at the boundary: names, dtypes, and the index ranges proved by
+`codegen.bounds` (an index array pointing outside the array it indexes raises FormatError
+naming both). The kernel itself then runs without bounds checks.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from sparsad.codegen import bounds as B
+from sparsad.codegen import outputs as O
+from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Container, Fill, Fn,
+                                   For, ForItems, IfThen, IRExpr, Length, Load, LocalGet,
+                                   LoopProgram, Num, Op, Ref, Stmt, Unary, lower)
+from sparsad.codegen.runtime import FUNCTION_CODE
+from sparsad.errors import DTypeError, FormatError, InputError, UnsupportedError
+from sparsad.lang.printer import to_text
+from sparsad.lang.syntax import Expr
+from sparsad.lang.types import Bool, Dict, Int, Real, Type, extents as type_extents
+
+# ----------------------------------------------------------------------------------------
+# source emission
+
+
+class _Emitter:
+    def __init__(self, program: LoopProgram, plan: O.OutputPlan):
+        self.program = program
+        self.plan = plan
+        self.containers = {c.name: c for c in program.containers}
+        self.lines: list[str] = []
+
+    def expr(self, e: IRExpr) -> str:
+        match e:
+            case Num(value=v):
+                if isinstance(v, bool):
+                    return "True" if v else "False"
+                if isinstance(v, float):
+                    if v != v:
+                        return "np.nan"
+                    if v in (float("inf"), float("-inf")):
+                        return "np.inf" if v > 0 else "(-np.inf)"
+                    return repr(v) if v >= 0 else f"({v!r})"
+                return str(v) if v >= 0 else f"({v})"
+            case Ref(name=n):
+                return n
+            case Op(op=op, left=l, right=r):
+                return f"({self.expr(l)} {op} {self.expr(r)})"
+            case Unary(op="-", operand=o):
+                return f"(-{self.expr(o)})"
+            case Unary(op="not", operand=o):
+                return f"(not {self.expr(o)})"
+            case Fn(name=name, args=args):
+                if name in ("max", "min"):
+                    return f"{name}({', '.join(self.expr(a) for a in args)})"
+                template = FUNCTION_CODE.get(name)
+                if template is None:
+                    raise UnsupportedError(f"code generation has no code for the function {name!r}")
+                return template.format(*(f"float({self.expr(a)})" for a in args))
+            case Load(array=a, index=i, guarded=g):
+                return f"rt.load({a}, {self.expr(i)})" if g else f"{a}[{self.expr(i)}]"
+            case Length(array=a):
+                return f"{a}.shape[0]"
+            case LocalGet(container=c, key=k):
+                container = self.containers[c]
+                if container.kind == "workspace":
+                    return f"rt.load({c}_val, {self.expr(k)})"
+                zero = "0" if container.leaf == "int" else "0.0"
+                return f"{c}.get(np.int64({self.expr(k)}), {zero})"
+            case Choose(cond=c, then=t, orelse=o):
+                return f"({self.expr(t)} if {self.expr(c)} else {self.expr(o)})"
+        raise TypeError(f"not an IR expression: {e!r}")
+
+    def put(self, indent: int, *lines: str) -> None:
+        self.lines.extend("    " * indent + line for line in lines)
+
+    def block(self, stmts, indent: int) -> None:
+        if not stmts:
+            self.put(indent, "pass")
+        for stmt in stmts:
+            self.stmt(stmt, indent)
+
+    def stmt(self, s: Stmt, indent: int) -> None:
+        match s:
+            case Assign(name=n, value=v):
+                self.put(indent, f"{n} = {self.expr(v)}")
+            case AddTo(name=n, value=v):
+                self.put(indent, f"{n} += {self.expr(v)}")
+            case For(var=var, start=st, end=en, body=body):
+                self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")
+                self.block(body, indent + 1)
+                if self.plan.kind == "workspace" and var == self.plan.row_var:
+                    self.put(indent + 1, *O.row_epilogue(var))
+            case ForItems(key=k, value=v, container=c, body=body):
+                if self.containers[c].kind == "workspace":
+                    self.put(indent, f"for {k}_t in range({c}_n):")
+                    self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{k}]")
+                    self.block(body, indent + 1)
+                else:
+                    self.put(indent, f"for {k}, {v} in {c}.items():")
+                    self.block(body, indent + 1)
+            case IfThen(cond=c, then=t, orelse=o):
+                self.put(indent, f"if {self.expr(c)}:")
+                self.block(t, indent + 1)
+                if o:
+                    self.put(indent, "else:")
+                    self.block(o, indent + 1)
+            case Fill(container=c):
+                container = self.containers[c]
+                if container.kind == "workspace":
+                    self.put(indent, f"for {c}_t in range({c}_n):",
+                             f"    {c}_val[{c}_keys[{c}_t]] = 0",
+                             f"    {c}_mark[{c}_keys[{c}_t]] = False",
+                             f"{c}_n = 0")
+                else:
+                    value = "types.int64" if container.leaf == "int" else "types.float64"
+                    self.put(indent, f"{c} = Dict.empty(key_type=types.int64, value_type={value})")
+            case Accumulate(target=t, keys=keys, value=v, key_ivs=ivs) if t == OUTPUT:
+                names = []
+                for d, key in enumerate(keys):
+                    code = self.expr(key)
+                    if not code.isidentifier() and not code.lstrip("-").isdigit():
+                        self.put(indent, f"_k{d} = {code}")
+                        code = f"_k{d}"
+                    names.append(code)
+                guarded = [iv is None for iv in ivs]
+                self.put(indent, *O.output_accumulate(self.plan, names, self.expr(v), guarded,
+                                                      self.program.leaf))
+            case Accumulate(target=c, keys=(key,), value=v):
+                container = self.containers[c]
+                k = self.expr(key)
+                if container.kind == "workspace":
+                    self.put(indent, f"if not {c}_mark[{k}]:", f"    {c}_mark[{k}] = True",
+                             f"    {c}_keys[{c}_n] = {k}", f"    {c}_n += 1",
+                             f"{c}_val[{k}] += {self.expr(v)}")
+                else:
+                    zero = "0" if container.leaf == "int" else "0.0"
+                    self.put(indent, f"_key = np.int64({k})",
+                             f"{c}[_key] = {c}.get(_key, {zero}) + {self.expr(v)}")
+            case _:
+                raise TypeError(f"not an IR statement: {s!r}")
+
+
+def kernel_parameters(program: LoopProgram, plan: O.OutputPlan) -> tuple[str, ...]:
+    sizes = tuple(f"{c.name}_size" for c in program.containers if c.kind == "workspace")
+    return (*program.params, *sizes, *O.output_params(plan, program.depth))
+
+
+def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
+    """The Python module text of the kernel (a function `kernel`)."""
+    emitter = _Emitter(program, plan)
+    params = kernel_parameters(program, plan)
+    body_indent = 1
+    for container in program.containers:
+        if container.kind == "workspace":
+            c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
+            emitter.put(body_indent, f"{c}_val = np.zeros({c}_size, {dtype})",
+                        f"{c}_mark = np.zeros({c}_size, np.bool_)",
+                        f"{c}_keys = np.empty({c}_size, np.int64)", f"{c}_n = 0")
+    emitter.put(body_indent, *O.output_prologue(plan, program.depth, program.leaf))
+    emitter.block(program.body, body_indent)
+    emitter.put(body_indent, f"return {O.output_return(plan, program.depth)}")
+    program_text = "\n".join("#   " + line for line in _program_text(program.program).splitlines())
+    header = [
+        "# Generated by sparsad.codegen; do not edit. The physical program:",
+        program_text,
+        f"# output: {plan.kind}" + (f" -> {plan.result_format}" if plan.result_format else ""),
+        f"# runtime: {_RUNTIME_HASH}",
+        "import numpy as np",
+        "from numba import njit, types",
+        "from numba.typed import Dict",
+        "from sparsad.codegen import runtime as rt",
+        *O.output_globals(plan, program.depth),
+        "",
+        "",
+        '@njit(cache=True, error_model="numpy", nogil=True)',
+        f"def kernel({', '.join(params)}):",
+    ]
+    return "\n".join(header + emitter.lines) + "\n"
+
+
+def _program_text(expr: Expr) -> str:
+    try:
+        return to_text(expr)
+    except ValueError:  # a constant without a text form
+        return repr(expr)
+
+
+def _runtime_hash() -> str:
+    from sparsad.codegen import runtime
+
+    text = Path(runtime.__file__).read_bytes()
+    return hashlib.sha256(text).hexdigest()[:12]
+
+
+_RUNTIME_HASH = _runtime_hash()
+
+# ----------------------------------------------------------------------------------------
+# on-disk modules
+
+
+def kernel_cache_dir() -> Path:
+    """Where generated kernel modules (and Numba's cache beside them) live."""
+    configured = os.environ.get("SPARSAD_KERNEL_CACHE")
+    candidates = [Path(configured)] if configured else []
+    candidates += [Path.home() / ".cache" / "sparsad" / "kernels",
+                   Path(tempfile.gettempdir()) / "sparsad-kernels"]
+    for path in candidates:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            if os.access(path, os.W_OK):
+                return path
+        except OSError:
+            continue
+    raise UnsupportedError("no writable directory for compiled kernels; set SPARSAD_KERNEL_CACHE")
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+def load_kernel_function(source: str):
+    """Write source as `<hash>.py` in the cache directory (once), import it, return `kernel`."""
+    import numba
+
+    digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
+    module_name = f"sparsad_kernel_{digest}"
+    with _LOAD_LOCK:
+        module = sys.modules.get(module_name)
+        if module is None:
+            path = kernel_cache_dir() / f"k_{digest}.py"
+            if not path.exists() or path.read_text() != source:
+                temporary = path.with_suffix(f".{os.getpid()}.tmp")
+                temporary.write_text(source)
+                os.replace(temporary, path)
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[module_name] = module
+    return module.kernel
+
+
+# ----------------------------------------------------------------------------------------
+# kernels
+
+
+def _leaf(t: Type) -> Type:
+    while isinstance(t, Dict):
+        t = t.value
+    return t
+
+
+class Kernel:
+    """A compiled physical program. Call it with the physical inputs by name.
+
+    Attributes: `source` (the generated Python), `output` (the output kind: scalar, dense,
+    dict, coo or workspace), `result_format` (csr/csc/coo for sparse results), `loops` (the
+    loop IR), `program`, `input_types`, `shape`.
+    """
+
+    def __init__(self, program: Expr, input_types: Mapping[str, Type], loops: LoopProgram,
+                 plan: O.OutputPlan, shape: tuple[int, ...] | None):
+        self.program = program
+        self.input_types = dict(input_types)
+        self.loops = loops
+        self.plan = plan
+        self.shape = shape
+        self.source = generate_source(loops, plan)
+        self._function = None
+        static = type_extents(loops.result_type)
+        self._static_extents = [shape[d] if shape is not None else static[d]
+                                for d in range(loops.depth)]
+        self._workspaces = [c for c in loops.containers if c.kind == "workspace"]
+
+    @property
+    def output(self) -> str:
+        return self.plan.kind
+
+    @property
+    def result_format(self) -> str | None:
+        return self.plan.result_format
+
+    def show(self) -> str:
+        """The generated source (what `.show("code")` prints)."""
+        return self.source
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.loops.params)
+        return f"<sparsad Kernel({names}) -> {self.plan.kind}>"
+
+    @property
+    def function(self):
+        """The Numba dispatcher (compiled per input dtypes on first use)."""
+        if self._function is None:
+            self._function = load_kernel_function(self.source)
+        return self._function
+
+    # -- calling ---------------------------------------------------------------------------
+    def prepare(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The inputs checked and converted for the kernel (names, dtypes, 1-D arrays)."""
+        expected = self.loops.params
+        missing = [n for n in expected if n not in inputs]
+        extra = [n for n in inputs if n not in self.input_types]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(missing)}")
+            if extra:
+                parts.append(f"unexpected {', '.join(extra)}")
+            raise InputError(f"kernel inputs: {'; '.join(parts)}; it takes {', '.join(expected)}")
+        prepared = {}
+        for name in expected:
+            prepared[name] = _convert(name, inputs[name], self.input_types[name])
+        return prepared
+
+    def __call__(self, **inputs):
+        prepared = self.prepare(inputs)
+        loops, plan = self.loops, self.plan
+        memo: dict = {}
+        sizes = {}
+        for container in self._workspaces:
+            interval = B.evaluate(container.key_iv, prepared, memo)
+            sizes[container.name] = 0 if interval is None else interval[1] + 1
+        B.run_checks(loops.checks, prepared, memo, sizes)
+        extents = self._extents(prepared, memo)
+        self._check_output(prepared, memo, extents)
+        dtype = self._dtype(prepared)
+        capacity = max(16, sum(int(v.shape[0]) for n, v in prepared.items()
+                               if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
+        out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity)
+        args = [prepared[n] for n in loops.params] + [sizes[c.name] for c in self._workspaces]
+        try:
+            raw = self.function(*args, *out_args)
+        except IndexError as error:
+            raise FormatError(f"{error}; the output extents are {extents} (pass shape=... or fix "
+                              f"the index arrays)") from None
+        except Exception as error:
+            import numba
+
+            if isinstance(error, numba.core.errors.TypingError):
+                raise UnsupportedError(f"Numba could not compile the kernel: {error}") from None
+            raise
+        return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents)
+
+    def _extents(self, prepared, memo) -> list[int | None]:
+        result = []
+        for d in range(self.loops.depth):
+            if self._static_extents[d] is not None:
+                result.append(int(self._static_extents[d]))
+                continue
+            iv = self.loops.key_ivs[d]
+            if iv is None:
+                result.append(None)
+                continue
+            interval = B.evaluate(iv, prepared, memo)
+            result.append(0 if interval is None else max(interval[1] + 1, 0))
+        return result
+
+    def _check_output(self, prepared, memo, extents) -> None:
+        if self.plan.kind not in ("dense", "coo", "workspace"):
+            return
+        checks, sizes = [], {}
+        for d, iv in enumerate(self.loops.key_ivs):
+            if iv is None or extents[d] is None:
+                continue
+            name = f"the result's mode {d}"
+            sizes[name] = extents[d]
+            checks.append(B.Check(iv, name, "writes"))
+        B.run_checks(tuple(checks), prepared, memo, sizes)
+
+    def _dtype(self, prepared) -> np.dtype:
+        if self.loops.leaf == "int":
+            return np.dtype(np.int64)
+        reals = [v.dtype for v in prepared.values() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
+        if reals and all(d == np.float32 for d in reals):
+            return np.dtype(np.float32)
+        return np.dtype(np.float64)
+
+
+def _convert(name: str, value: Any, t: Type):
+    if isinstance(t, Dict):
+        array = np.asarray(value)
+        if array.ndim != 1:
+            raise InputError(f"input {name!r} must be a 1-D array, got shape {array.shape}")
+        leaf = _leaf(t)
+        if isinstance(leaf, Int):
+            if array.dtype.kind == "u":
+                array = array.astype(np.int64)
+            elif array.dtype.kind != "i":
+                if array.size == 0:
+                    array = array.astype(np.int64)
+                else:
+                    raise DTypeError(f"input {name!r} is an index array and must have an integer "
+                                     f"dtype (int32 or int64), got {array.dtype}")
+        elif array.dtype.kind in "iub":
+            array = array.astype(np.float64)
+        elif array.dtype not in (np.float32, np.float64):
+            raise DTypeError(f"input {name!r} must be float32 or float64, got {array.dtype}")
+        return np.ascontiguousarray(array)
+    if isinstance(t, Bool):
+        if not isinstance(value, (bool, np.bool_)):
+            raise InputError(f"input {name!r} must be a bool, got {value!r}")
+        return bool(value)
+    if isinstance(t, Int):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise InputError(f"input {name!r} must be an int, got {value!r}")
+        return int(value)
+    if isinstance(t, Real):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            raise InputError(f"input {name!r} must be a real number, got {value!r}")
+        return float(value)
+    raise UnsupportedError(f"input {name!r} has type {t}, which kernels do not take")
+
+
+_KERNELS: dict[tuple, Kernel] = {}
+_KERNELS_LOCK = threading.Lock()
+
+
+def _cache_key(expr: Expr, input_types: Mapping[str, Type], output: str, shape) -> tuple:
+    return (_program_text(expr), tuple((n, repr(t)) for n, t in input_types.items()), output,
+            None if shape is None else tuple(int(s) for s in shape))
+
+
+def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = "auto",
+                     shape: tuple[int, ...] | None = None) -> Kernel:
+    """A Kernel for a physical program over ints, reals and 1-D arrays.
+
+    input_types: name -> Type (e.g. `StoredTensor.physical_types(name)` merged over inputs).
+    output: "auto", "scalar", "dense", "dict", "coo", "csr", "csc" or "workspace" (see
+    `codegen.outputs`). shape: the result's extents, when the types do not give them.
+    Raises UnsupportedError for programs code generation cannot handle (use the interpreter).
+    """
+    key = _cache_key(expr, input_types, output, shape)
+    with _KERNELS_LOCK:
+        cached = _KERNELS.get(key)
+    if cached is not None:
+        return cached
+    loops = lower(expr, input_types)
+    if shape is not None and len(shape) != loops.depth:
+        raise InputError(f"shape={tuple(shape)} has {len(shape)} extents but the result has "
+                         f"{loops.depth} modes")
+    static = type_extents(loops.result_type)
+    static = [shape[d] if shape is not None else static[d] for d in range(loops.depth)]
+    known = tuple(static[d] is not None or loops.key_ivs[d] is not None for d in range(loops.depth))
+    plan = O.choose_output(loops, output, known, tuple(static))
+    kernel = Kernel(expr, input_types, loops, plan, None if shape is None else tuple(shape))
+    with _KERNELS_LOCK:
+        _KERNELS.setdefault(key, kernel)
+        return _KERNELS[key]
+
+
+__all__ = ["Kernel", "compile_physical", "generate_source", "kernel_cache_dir",
+           "load_kernel_function", "kernel_parameters"]

@@ -1,0 +1,280 @@
+"""Where a kernel writes its result, and how the result is handed back.
+
+Output kinds (the destination of destination-passing style):
+
+- ``scalar``     a local accumulator; the kernel returns a Python float (or int).
+- ``dense``      a zeroed numpy array of the output's extents, passed in and updated in place.
+- ``dict``       a Numba typed dict (tuple keys when nested), returned as nested Python dicts.
+- ``coo``        triplets appended to growing buffers, then assembled by scipy (duplicates
+                 summed) into the requested scipy format: ``csr`` (default), ``csc`` or ``coo``.
+- ``workspace``  a row workspace (dense accumulator of one row, Gustavson style) for programs
+                 whose outermost loop fixes the row key: each row is accumulated densely,
+                 its touched columns sorted and appended, giving CSR directly (no sort of all
+                 entries, no duplicates).
+
+Cost model for ``output="auto"`` (decided once, at compile time, from what is known):
+
+- a scalar program: ``scalar``;
+- a vector: ``dense`` when its extent is known (the shape, the type, or the range of its keys
+  computed from the inputs) — a vector costs O(n) to zero, the same order as reading a dense
+  input, and every write is a plain store; otherwise ``dict``;
+- a matrix: it is never made dense automatically (n*m memory would dwarf an O(nnz) kernel):
+  ``workspace`` when the outermost loop fixes the row (O(nnz + rows + cols), sorted rows, no
+  hashing), else ``coo`` assembled to CSR (O(nnz log nnz) for the final sort);
+- order 3 and above: ``dense`` when every extent is known and the dense size is at most
+  ``DENSE_AUTO_LIMIT`` entries, else ``dict``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sparsad.codegen.loops import OUTPUT, Accumulate, For, LoopProgram, Stmt, accumulates
+from sparsad.errors import InputError, UnsupportedError
+
+OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace")
+DENSE_AUTO_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    kind: str                 # scalar | dense | dict | coo | workspace
+    result_format: str | None = None  # csr | csc | coo for sparse results
+    row_var: str | None = None        # the row loop of a workspace output
+
+
+def row_loop(program: LoopProgram) -> For | None:
+    """The top-level loop that fixes the first output key, if the program has one."""
+    if program.depth != 2:
+        return None
+    loops = [s for s in program.body if any(True for _ in accumulates((s,)))]
+    if len(loops) != 1 or not isinstance(loops[0], For):
+        return None
+    loop = loops[0]
+    writes = list(accumulates(loop.body))
+    if not writes or any(w.keys[0] != _ref(loop.var) for w in writes):
+        return None
+    if any(w.key_ivs[1] is None for w in writes):
+        return None
+    return loop
+
+
+def _ref(name: str):
+    from sparsad.codegen.loops import Ref
+
+    return Ref(name)
+
+
+def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool, ...],
+                  static_sizes: tuple[int | None, ...] = ()) -> OutputPlan:
+    """The output plan for a request (see the module doc for the rules of "auto").
+
+    extent_known[d]: the extent of level d can be found (shape, type, or key range);
+    static_sizes[d]: the extent when known at compile time (shape or type), else None.
+    """
+    if requested not in OUTPUT_CHOICES:
+        raise InputError(f"output={requested!r} is not a known output; choose one of "
+                         f"{', '.join(OUTPUT_CHOICES)}")
+    depth = program.depth
+    if depth == 0:
+        return OutputPlan("scalar")
+    loop = row_loop(program)
+    if requested == "auto":
+        if depth == 1:
+            return OutputPlan("dense" if extent_known[0] else "dict")
+        if depth == 2:
+            if loop is not None and extent_known[1]:
+                return OutputPlan("workspace", "csr", loop.var)
+            return OutputPlan("coo", "csr")
+        sizes = list(static_sizes) + [None] * depth
+        small = all(n is not None for n in sizes[:depth]) and \
+            int(np.prod([n for n in sizes[:depth]], dtype=np.float64)) <= DENSE_AUTO_LIMIT
+        return OutputPlan("dense" if small else "dict")
+    if requested == "scalar":
+        raise UnsupportedError(f"output='scalar' but the program returns a dictionary of depth {depth}")
+    if requested == "dense":
+        if not all(extent_known):
+            raise UnsupportedError("output='dense' needs every extent of the result; pass shape=(...) "
+                                   "or use output='dict'")
+        return OutputPlan("dense")
+    if requested == "dict":
+        return OutputPlan("dict")
+    if depth != 2:
+        raise UnsupportedError(f"output={requested!r} makes a scipy.sparse matrix, but the result has "
+                               f"{depth} modes; use output='dense' or 'dict'")
+    if requested == "workspace":
+        if loop is None:
+            raise UnsupportedError("output='workspace' needs a program whose outermost loop fixes the "
+                                   "row key ({i -> ...} inside sum over rows); use output='csr'")
+        if not extent_known[1]:
+            raise UnsupportedError("output='workspace' needs the number of columns; pass shape=(...)")
+        return OutputPlan("workspace", "csr", loop.var)
+    if requested == "csr" and loop is not None and extent_known[1]:
+        return OutputPlan("workspace", "csr", loop.var)
+    return OutputPlan("coo", requested)
+
+
+# ----- the code each output kind contributes to the kernel -----
+
+def output_params(plan: OutputPlan, depth: int) -> tuple[str, ...]:
+    """Extra kernel parameters the wrapper passes for this output."""
+    if plan.kind == "dense":
+        return ("out",)
+    if plan.kind == "coo":
+        return (*(f"out_k{d}" for d in range(depth)), "out_v")
+    if plan.kind == "workspace":
+        return ("out_idx", "out_v", "row_nnz", "w_size")
+    return ()
+
+
+def output_globals(plan: OutputPlan, depth: int) -> list[str]:
+    """Module-level lines (Numba needs tuple key types as globals, not built in the kernel)."""
+    if plan.kind == "dict" and depth > 1:
+        return [f"OUT_KEY = types.UniTuple(types.int64, {depth})"]
+    return []
+
+
+def output_prologue(plan: OutputPlan, depth: int, leaf: str) -> list[str]:
+    zero = "0" if leaf == "int" else "0.0"
+    if plan.kind == "scalar":
+        return [f"out = {zero}"]
+    if plan.kind == "dict":
+        key = "types.int64" if depth == 1 else "OUT_KEY"
+        value = "types.int64" if leaf == "int" else "types.float64"
+        return [f"out = Dict.empty(key_type={key}, value_type={value})"]
+    if plan.kind == "coo":
+        return ["out_n = 0"]
+    if plan.kind == "workspace":
+        return ["w_val = np.zeros(w_size, out_v.dtype)", "w_mark = np.zeros(w_size, np.bool_)",
+                "w_keys = np.empty(w_size, np.int64)", "w_n = 0", "out_n = 0"]
+    return []
+
+
+def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: list[bool],
+                      leaf: str) -> list[str]:
+    """Lines adding value at keys into the output (keys are plain names or literals)."""
+    kind = plan.kind
+    if kind == "scalar":
+        return [f"out += {value}"]
+    if kind == "dense":
+        index = ", ".join(keys)
+        tests = [f"0 <= {k} < out.shape[{d}]" for d, k in enumerate(keys) if guarded[d]]
+        if not tests:
+            return [f"out[{index}] += {value}"]
+        return [f"if {' and '.join(tests)}:", f"    out[{index}] += {value}", "else:",
+                "    raise IndexError('sparsad: a key of the result lies outside its shape')"]
+    if kind == "dict":
+        zero = "0" if leaf == "int" else "0.0"
+        key = f"np.int64({keys[0]})" if len(keys) == 1 else \
+            "(" + ", ".join(f"np.int64({k})" for k in keys) + ")"
+        return [f"_key = {key}", f"out[_key] = out.get(_key, {zero}) + {value}"]
+    if kind == "coo":
+        buffers = [f"out_k{d}" for d in range(len(keys))] + ["out_v"]
+        lines = ["if out_n == out_v.shape[0]:"]
+        lines += [f"    {b} = rt.grow({b})" for b in buffers]
+        lines += [f"out_k{d}[out_n] = {k}" for d, k in enumerate(keys)]
+        lines += [f"out_v[out_n] = {value}", "out_n += 1"]
+        return lines
+    if kind == "workspace":
+        column = keys[1]
+        lines = []
+        if guarded[1]:
+            lines += [f"if not (0 <= {column} < w_size):",
+                      "    raise IndexError('sparsad: a column of the result lies outside its shape')"]
+        lines += [f"if not w_mark[{column}]:", f"    w_mark[{column}] = True",
+                  f"    w_keys[w_n] = {column}", "    w_n += 1", f"w_val[{column}] += {value}"]
+        return lines
+    raise ValueError(kind)
+
+
+def row_epilogue(row: str) -> list[str]:
+    """Flush the row workspace at the end of row `row`: sorted columns appended to the CSR."""
+    return ["if w_n > 0:",
+            "    w_keys[:w_n].sort()",
+            "    while out_n + w_n > out_idx.shape[0]:",
+            "        out_idx = rt.grow(out_idx)",
+            "        out_v = rt.grow(out_v)",
+            "    for _t in range(w_n):",
+            "        _c = w_keys[_t]",
+            "        out_idx[out_n + _t] = _c",
+            "        out_v[out_n + _t] = w_val[_c]",
+            "        w_val[_c] = 0",
+            "        w_mark[_c] = False",
+            "    out_n += w_n",
+            f"    row_nnz[{row}] += w_n",
+            "    w_n = 0"]
+
+
+def output_return(plan: OutputPlan, depth: int) -> str:
+    if plan.kind in ("scalar", "dict"):
+        return "out"
+    if plan.kind == "coo":
+        return "(out_n, " + ", ".join(f"out_k{d}" for d in range(depth)) + ", out_v)"
+    if plan.kind == "workspace":
+        return "(out_n, out_idx, out_v)"
+    return "0"
+
+
+# ----- the Python side: buffers in, results out -----
+
+def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dtype,
+                     capacity: int) -> tuple:
+    """The values of output_params for one call."""
+    if plan.kind == "dense":
+        return (np.zeros(tuple(extents), dtype=dtype),)
+    if plan.kind == "coo":
+        return (*(np.empty(capacity, np.int64) for _ in range(depth)), np.empty(capacity, dtype))
+    if plan.kind == "workspace":
+        return (np.empty(capacity, np.int64), np.empty(capacity, dtype),
+                np.zeros(extents[0], np.int64), int(extents[1]))
+    return ()
+
+
+def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
+           extents: list[int | None]):
+    """The user-facing result from what the kernel returned."""
+    import scipy.sparse as sp
+
+    if plan.kind == "scalar":
+        return int(raw) if leaf == "int" else float(raw)
+    if plan.kind == "dense":
+        return arguments[0]
+    if plan.kind == "dict":
+        return _nested(raw, depth, leaf)
+    if plan.kind == "coo":
+        count = int(raw[0])
+        keys = [np.asarray(k[:count]) for k in raw[1:-1]]
+        values = np.asarray(raw[-1][:count])
+        shape = tuple(e if e is not None else (int(k.max()) + 1 if count else 0)
+                      for e, k in zip(extents, keys))
+        matrix = sp.coo_matrix((values, (keys[0], keys[1])), shape=shape)
+        matrix.sum_duplicates()
+        return matrix.asformat(plan.result_format or "csr")
+    if plan.kind == "workspace":
+        count, indices, values = int(raw[0]), raw[1], raw[2]
+        row_nnz = arguments[2]
+        indptr = np.zeros(len(row_nnz) + 1, np.int64)
+        np.cumsum(row_nnz, out=indptr[1:])
+        return sp.csr_matrix((values[:count].copy(), indices[:count].copy(), indptr),
+                             shape=(int(extents[0]), int(extents[1])))
+    raise ValueError(plan.kind)
+
+
+def _nested(typed, depth: int, leaf: str) -> dict:
+    cast = int if leaf == "int" else float
+    result: dict = {}
+    for key, value in typed.items():
+        if depth == 1:
+            result[int(key)] = cast(value)
+            continue
+        inner = result
+        for k in key[:-1]:
+            inner = inner.setdefault(int(k), {})
+        inner[int(key[-1])] = cast(value)
+    return result
+
+
+__all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "choose_output", "row_loop",
+           "output_params", "output_globals", "output_prologue", "output_accumulate", "row_epilogue",
+           "output_return", "output_arguments", "finish", "OUTPUT", "Accumulate", "Stmt"]
