@@ -235,6 +235,36 @@ class _Empty:
     pass
 
 
+@dataclass(frozen=True, eq=False)
+class _Lazy:
+    """A dictionary with distinct keys (`unique`), lowered where it is used: iterating it fuses
+    its loops into the consumer's (vertical fusion), so `let A = <format definition> in ...`
+    builds no intermediate."""
+    expr: Expr
+    env: dict
+    tenv: dict
+
+
+def _unique_entries(e: Expr):
+    """(lets, key, value) when e is `sum ... let ... { unique(key) -> value }` (or such a
+    singleton itself): each entry of e is produced exactly once, so it can be iterated lazily."""
+    lets = []
+    while isinstance(e, Let):
+        lets.append(e)
+        e = e.body
+    if isinstance(e, Singleton) and isinstance(e.key, Unique):
+        return lets, e.key.operand, e.value
+    return None
+
+
+def _fusable(e: Expr) -> bool:
+    return isinstance(e, Sum) and _unique_entries(e.body) is not None
+
+
+def _looked_up(name: str, body: Expr) -> bool:
+    return any(isinstance(node, Lookup) and node.dict == Var(name) for node in walk(body))
+
+
 def _unsupported(what: str, expr: Expr) -> UnsupportedError:
     text = to_text(expr).replace("\n", " ")
     if len(text) > 120:
@@ -359,7 +389,7 @@ class _Lowerer:
                 stmt = IfThen(cond, tuple(pt + [Assign(name, vt)]), tuple(po + [Assign(name, vo)]))
                 return pre + [stmt], Ref(name), B.join(it, io)
             case Let(name=n, value=v, body=b):
-                pre, env2, tenv2 = self.bind(n, v, env, tenv)
+                pre, env2, tenv2 = self.bind(n, v, env, tenv, b)
                 more, value, iv = self.scalar(b, env2, tenv2)
                 return pre + more, value, iv
             case Sum():
@@ -405,13 +435,17 @@ class _Lowerer:
                 return pre, Choose(inside, Load(array, key, guarded=True), zero), value_iv
             case _Empty():
                 return pre, Num(0.0), B.IConst(0)
+            case _Lazy(expr=x, env=lenv, tenv=ltenv):
+                more, container = self.materialize(d.name, x, lenv, ltenv)
+                return pre + more, LocalGet(container, key), None
             case _Scalar():
                 raise _unsupported("a lookup into a number", e)
         raise _unsupported(f"a lookup into the unbound name {d.name!r}", e)
 
     # -- let -----------------------------------------------------------------------------
-    def bind(self, name: str, value: Expr, env: dict, tenv: dict) -> tuple[list, dict, dict]:
-        """Statements, and the environments with `name` bound to value."""
+    def bind(self, name: str, value: Expr, env: dict, tenv: dict,
+             body: Expr | None = None) -> tuple[list, dict, dict]:
+        """Statements, and the environments with `name` bound to value (used in `body`)."""
         value_type = self.typeof(value, tenv)
         env2, tenv2 = dict(env), dict(tenv)
         tenv2[name] = value_type
@@ -444,6 +478,9 @@ class _Lowerer:
             s, en = self.bind_local_value(pre, s, "st"), self.bind_local_value(pre, en, "en")
             env2[name] = _SubSrc(env[value.array.name].name, s, en, si, ei)
             return pre, env2, tenv2
+        if _fusable(value) and (body is None or not _looked_up(name, body)):
+            env2[name] = _Lazy(value, env, tenv)
+            return [], env2, tenv2
         pre, container = self.materialize(name, value, env, tenv)
         env2[name] = _Local(container)
         return pre, env2, tenv2
@@ -478,18 +515,26 @@ class _Lowerer:
         return [Fill(name), *body], name
 
     # -- loops ---------------------------------------------------------------------------
-    def loop(self, source: Expr, k: str, v: str, env: dict, tenv: dict, body_fn) -> list:
-        """A loop over the entries of source binding k and v, with body_fn(env, tenv) inside."""
+    def loop(self, source: Expr, k: str, v: str, env: dict, tenv: dict, body_fn,
+             senv: dict | None = None, stenv: dict | None = None) -> list:
+        """A loop over the entries of source binding k and v, with body_fn(env', tenv') inside.
+
+        The source is read in (senv, stenv) (default: env, tenv); k and v extend (env, tenv)."""
+        if senv is not None:
+            return self._loop(source, k, v, env, tenv, body_fn, senv, stenv)
+        return self._loop(source, k, v, env, tenv, body_fn, env, tenv)
+
+    def _loop(self, source, k, v, cenv, ctenv, body_fn, env, tenv) -> list:
         source_type = self.typeof(source, tenv)
         if isinstance(source_type, Zero):
             return []
         if not isinstance(source_type, Dict):
             raise _unsupported("a sum over a number", source)
-        tenv2 = dict(tenv)
+        ctenv2 = dict(ctenv)
         if k != "_":
-            tenv2[k] = source_type.key
+            ctenv2[k] = source_type.key
         if v != "_":
-            tenv2[v] = source_type.value
+            ctenv2[v] = source_type.value
         while isinstance(source, Unique):
             source = source.operand
         binding = env.get(source.name) if isinstance(source, Var) else None
@@ -507,11 +552,11 @@ class _Lowerer:
                 s, en, si, ei = binding.start, binding.end, binding.start_iv, binding.end_iv
             var = self.fresh(k if k != "_" else v)
             iv = B.IRange(si, ei) if si is not None and ei is not None else None
-            env2 = dict(env)
+            cenv2 = dict(cenv)
             for name in (k, v):
                 if name != "_":
-                    env2[name] = _Scalar(Ref(var), iv)
-            return pre + [For(var, s, en, tuple(body_fn(env2, tenv2)))]
+                    cenv2[name] = _Scalar(Ref(var), iv)
+            return pre + [For(var, s, en, tuple(body_fn(cenv2, ctenv2)))]
         if (isinstance(source, SubArray) and isinstance(source.array, Var)
                 and isinstance(env.get(source.array.name), _Array)) or isinstance(binding, _SubSrc):
             pre = []
@@ -523,24 +568,49 @@ class _Lowerer:
             else:
                 array, s, en = binding.array, binding.start, binding.end
                 si, ei = binding.start_iv, binding.end_iv
-            return pre + self.array_loop(array, s, en, si, ei, k, v, env, tenv2, body_fn)
+            return pre + self.array_loop(array, s, en, si, ei, k, v, cenv, ctenv2, body_fn)
         if isinstance(binding, _Array):
             array = binding.name
             return self.array_loop(array, Num(0), Length(array), B.IConst(0), B.ILen(array),
-                                   k, v, env, tenv2, body_fn)
+                                   k, v, cenv, ctenv2, body_fn)
         if isinstance(binding, _Local):
-            return self.items_loop(binding.name, k, v, env, tenv2, body_fn)
+            return self.items_loop(binding.name, k, v, cenv, ctenv2, body_fn)
+        if isinstance(binding, _Lazy):
+            return self._loop(binding.expr, k, v, cenv, ctenv, body_fn, binding.env, binding.tenv)
         if isinstance(binding, _Scalar):
             raise _unsupported("a sum over a number", source)
         if isinstance(source, Singleton):
-            pre, env2, tenv3 = self.bind(k, source.key, env, tenv) if k != "_" else ([], env, tenv)
-            p2, env3, tenv4 = self.bind(v, source.value, env2, tenv3) if v != "_" else ([], env2, tenv3)
-            return pre + p2 + body_fn(env3, tenv4)
+            return self.bind_entry(source.key, source.value, k, v, env, tenv, cenv, ctenv, body_fn)
         if isinstance(source, Let):
-            pre, env2, tenv3 = self.bind(source.name, source.value, env, tenv)
-            return pre + self.loop(source.body, k, v, env2, tenv3, body_fn)
+            pre, env2, tenv2 = self.bind(source.name, source.value, env, tenv)
+            return pre + self._loop(source.body, k, v, cenv, ctenv, body_fn, env2, tenv2)
+        if isinstance(source, Sum) and _unique_entries(source.body) is not None:
+            # vertical fusion: each entry is produced once, so the consumer runs where it is made
+            lets, key, value = _unique_entries(source.body)
+
+            def at_entry(senv, stenv):
+                pre = []
+                for let in lets:
+                    more, senv, stenv = self.bind(let.name, let.value, senv, stenv, let.body)
+                    pre += more
+                return pre + self.bind_entry(key, value, k, v, senv, stenv, cenv, ctenv, body_fn)
+
+            return self.loop(source.source, source.key, source.val, env, tenv, at_entry)
         pre, container = self.materialize("tmp", source, env, tenv)
-        return pre + self.items_loop(container, k, v, env, tenv2, body_fn)
+        return pre + self.items_loop(container, k, v, cenv, ctenv2, body_fn)
+
+    def bind_entry(self, key, value, k, v, senv, stenv, cenv, ctenv, body_fn) -> list:
+        """Bind k and v of the consumer to key and value read in the source's environment."""
+        pre: list = []
+        cenv2, ctenv2 = dict(cenv), dict(ctenv)
+        for name, expr in ((k, key), (v, value)):
+            if name == "_":
+                continue
+            temporary = self.fresh("entry")
+            more, senv2, stenv2 = self.bind(temporary, expr, senv, stenv)
+            pre += more
+            cenv2[name], ctenv2[name] = senv2[temporary], stenv2[temporary]
+        return pre + body_fn(cenv2, ctenv2)
 
     def array_loop(self, array, start, end, start_iv, end_iv, k, v, env, tenv2, body_fn) -> list:
         """Positions start..end-1 of an input array (clamped to the array when unprovable)."""
@@ -609,7 +679,7 @@ class _Lowerer:
                 return self.loop(s, k, v, env, tenv,
                                  lambda env2, tenv2: self.emit(b, keys, scale, sink, env2, tenv2))
             case Let(name=n, value=v, body=b):
-                pre, env2, tenv2 = self.bind(n, v, env, tenv)
+                pre, env2, tenv2 = self.bind(n, v, env, tenv, b)
                 return pre + self.emit(b, keys, scale, sink, env2, tenv2)
             case If():
                 return self.emit_if(e, keys, scale, sink, env, tenv)
