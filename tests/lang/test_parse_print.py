@@ -11,7 +11,7 @@ from sparsad.lang.syntax import (Binary, Const, LetTuple, Lookup, Neg, Range, Si
                                  Sum, Unique, Var)
 from sparsad.programs import PAPER_PROGRAMS
 
-from strategies import trees
+from reference.strategies import trees
 
 
 @settings(max_examples=300, deadline=None)

@@ -133,3 +133,27 @@ def test_batax_with_csr_reduces_to_the_section_5_5_loop_nest_without_temporaries
     got = evaluate(physical, {**arrays, "beta": 1.5})
     dense = A.toarray()
     assert values_equal(got, 1.5 * dense.T @ dense, rtol=1e-12, atol=1e-12)
+
+
+from reference.generated import real_expr  # noqa: E402
+from sparsad.opt.egraph import saturate  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(expr=real_expr(reals=["s"], ints=[], depth=3), seed=st.integers(0, 2**31))
+def test_equality_saturation_keeps_the_meaning_of_generated_programs(expr, seed):
+    rng = np.random.default_rng(seed)
+    inputs = {"x": rng.uniform(-1, 1, 3), "M": rng.uniform(-1, 1, (2, 3)), "s": float(rng.uniform(0.5, 1.5))}
+    saturated = saturate(expr)
+    assert values_equal(evaluate(saturated, inputs), evaluate(expr, inputs), rtol=1e-10, atol=1e-10), \
+        f"{to_text(expr)}\n~>\n{to_text(saturated)}"
+
+
+def test_equality_saturation_hoists_invariant_factors_and_lets():
+    hoisted = saturate(parse("sum(<i, a> in V) beta * (a * 2.0)"), sizes={"V": 1000})
+    assert isinstance(hoisted, type(parse("a * b"))) and "beta" in to_text(hoisted).split("(")[0]
+    let_hoisted = saturate(parse("sum(<i, a> in V) let t = exp(beta) in t * a"), sizes={"V": 1000})
+    assert isinstance(let_hoisted, Let), to_text(let_hoisted)
+    # a factor that reads the loop's value stays inside
+    kept = saturate(parse("sum(<i, a> in V) exp(a) * a"))
+    assert isinstance(kept, Sum)

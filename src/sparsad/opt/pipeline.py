@@ -1,6 +1,6 @@
 """The order of the passes (∇SD Fig. 8): each a pure function Program -> Program.
 
-    sparsity -> storage -> fuse -> normalize -> fuse -> dps -> cse
+    sparsity -> storage -> fuse -> eqsat -> normalize -> fuse -> dps -> cse
 
 `optimize` records every stage so that each can be shown and checked by the interpreter.
 """
@@ -15,7 +15,8 @@ from sparsad.opt.dps import push_singletons_inward
 from sparsad.opt.fuse import fuse
 from sparsad.opt.normalize import normalize_products
 from sparsad.opt.sparsity import propagate_sparsity
-from sparsad.opt.storage import compose_storage, physical_inputs
+from sparsad.opt.egraph import saturate
+from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
 def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any]) -> tuple[Expr, dict[str, Expr]]:
@@ -31,6 +32,7 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any]) -
     expr = stages["sparsity"] = propagate_sparsity(expr, dict(types))
     expr = stages["storage"] = compose_storage(expr, stored)
     expr = stages["fuse"] = fuse(expr, physical_types)
+    expr = stages["eqsat"] = saturate(expr, physical_types, loop_sizes(stored))
     expr = stages["normalize"] = normalize_products(expr, physical_types)
     expr = stages["fuse-normalized"] = fuse(expr, physical_types)
     expr = stages["dps"] = push_singletons_inward(expr, physical_types)

@@ -25,3 +25,22 @@ def physical_inputs(stored: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
         arrays.update(tensor.physical_arrays(name))
         types.update(tensor.physical_types(name))
     return arrays, types
+
+
+def loop_sizes(stored: Mapping[str, Any]) -> dict[str, float]:
+    """Size estimates for the cost model: each scalar extent, and the mean length of a compressed
+    segment (`<name>_<idx>:row`, the number of stored entries per parent)."""
+    import numpy as np
+
+    sizes: dict[str, float] = {}
+    for name, tensor in stored.items():
+        arrays = tensor.physical_arrays(name)
+        for field, value in arrays.items():
+            if isinstance(value, (int, np.integer)):
+                sizes[field] = float(value)
+        nnz = max(int(getattr(tensor, "nnz", 1)), 1)
+        parents = max(int(tensor.shape[0]) if tensor.shape else 1, 1)
+        for field, value in arrays.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+                sizes[field + ":row"] = nnz / parents
+    return sizes
