@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numba
 import numpy as np
 
 from sparsad.ops import kernels
@@ -93,6 +94,16 @@ def _make_spmm_terms(pattern: CSRPattern) -> Terms:
     return terms
 
 
+#: Below this many multiply-adds the kernels run on one thread: a parallel launch costs more than
+#: it saves on small products, and far more when the cores are shared (a descheduled worker
+#: stalls the whole launch).
+PARALLEL_MIN_WORK = 1 << 21
+
+
+def _pick(kernel, work: int):
+    return kernel if work >= PARALLEL_MIN_WORK and numba.config.NUMBA_NUM_THREADS > 1 else kernel.serial
+
+
 def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndarray:
     """Evaluate `terms` towards role `out` from the operands of the two other roles.
 
@@ -101,16 +112,18 @@ def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndar
     plan = terms.plan(out)
     u, v = operands[plan.u_role], operands[plan.v_role]
     dtype = np.result_type(u, v)
+    channels = u.shape[1] if out == terms.scalar else v.shape[1]
+    work = terms.n_terms * channels
     if out == terms.scalar:
         result = np.zeros(terms.sizes[out], dtype=dtype)
         if plan.kind == "single":
-            kernels.masked_dot(plan.iu, plan.iv, u, v, result)
+            _pick(kernels.masked_dot, work)(plan.iu, plan.iv, u, v, result)
         else:
-            kernels.dot_scatter(plan.seg, plan.iu, plan.iv, u, v, result)
+            _pick(kernels.dot_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
         return result
     result = np.zeros((terms.sizes[out], v.shape[1]), dtype=dtype)
     if plan.kind == "csr":
-        kernels.csr_scale(plan.seg, plan.iv, u, v, result)
+        _pick(kernels.csr_scale, work)(plan.seg, plan.iv, u, v, result)
     else:
-        kernels.scale_scatter(plan.seg, plan.iu, plan.iv, u, v, result)
+        _pick(kernels.scale_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
     return result

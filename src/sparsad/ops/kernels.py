@@ -6,11 +6,24 @@ Two scatter kernels cover every bilinear sparse product and all of their derivat
 """
 from __future__ import annotations
 
+import types
+
 import numpy as np
 from numba import njit, prange
 
 
-@njit(parallel=True, cache=True, nogil=True)
+def _two_variants(fn):
+    """Compile `fn` twice: parallel (`fn`) and serial (`fn.serial`, a renamed copy so that the two
+    have separate on-disk caches). Small products use the serial one: a parallel launch costs
+    more than it saves there, and starts a thread pool that competes with PyTorch's."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__)
+    copy.__qualname__ = fn.__qualname__ + "_serial"
+    parallel = njit(parallel=True, cache=True, nogil=True)(fn)
+    parallel.serial = njit(cache=True, nogil=True)(copy)
+    return parallel
+
+
+@_two_variants
 def scale_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
     channels = v.shape[1]
     for r in prange(seg.shape[0] - 1):
@@ -27,7 +40,7 @@ def scale_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
                     out[r, c] += s * v[j, c]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@_two_variants
 def csr_scale(indptr, indices, data, v, out):  # pragma: no cover - compiled
     """scale_scatter when terms are CSR entries in order (iu = arange): A @ V, one less indirection."""
     channels = v.shape[1]
@@ -45,7 +58,7 @@ def csr_scale(indptr, indices, data, v, out):  # pragma: no cover - compiled
                     out[r, c] += s * v[j, c]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@_two_variants
 def dot_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
     channels = u.shape[1]
     for r in prange(seg.shape[0] - 1):
@@ -58,7 +71,7 @@ def dot_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
         out[r] = acc
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@_two_variants
 def masked_dot(rows, cols, u, v, out):  # pragma: no cover - compiled
     """dot_scatter with one term per output: out[p] = u[rows[p], :] . v[cols[p], :] (SDDMM)."""
     channels = u.shape[1]
