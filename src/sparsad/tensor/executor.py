@@ -94,10 +94,22 @@ class Executor:
             return da.from_array(np.asarray(value, dtype=self.dtype), chunks=self.chunks)
         return self.backend.asarray(value, self.dtype)
 
-    def _schedule(self, outs: Sequence[Node]) -> list[Node]:
+    def _schedule(self, outs: Sequence[Node]) -> tuple[list[Node], dict[int, list[int]]]:
+        """Nodes to evaluate, and after each step the values no later step needs (freed early,
+        so peak memory is the live set, not the whole graph)."""
         key = tuple(o.uid for o in outs)
         if key not in self._needed:
-            self._needed[key] = topological(outs)
+            order = topological(outs)
+            last_use: dict[int, int] = {}
+            for step, node in enumerate(order):
+                for child in node.inputs:
+                    last_use[child.uid] = step
+            keep = set(key)
+            free: dict[int, list[int]] = {}
+            for uid, step in last_use.items():
+                if uid not in keep:
+                    free.setdefault(step, []).append(uid)
+            self._needed[key] = (order, free)
         return self._needed[key]
 
     def run(self, feed_dict: Mapping[Node | str, Any], out: Sequence[Node] | None = None,
@@ -125,11 +137,13 @@ class Executor:
                 raise InputError(f"Executor.run: feed keys must be Variables or names, got {type(key).__name__}")
             values[var.uid] = self._feed(var, value)
             raw[var.uid] = value
-        schedule = self._schedule(outs)
+        schedule, free = self._schedule(outs)
         missing = [n.name for n in schedule if isinstance(n, Variable) and n.uid not in values]
         if missing:
             raise InputError(f"Executor.run: no value fed for Variable(s) {missing}")
-        for node in schedule:
+        for step, node in enumerate(schedule):
+            for uid in free.get(step - 1, ()):
+                values.pop(uid, None)
             if node.uid in values:
                 continue
             if self.reuse and not isinstance(node, Variable):
