@@ -21,13 +21,14 @@ from sparsad.errors import (
 from sparsad.lang.program import Program, program
 from sparsad.ad.api import Derivative, grad, jacobian, jvp, vjp
 from sparsad import formats
+from sparsad.compiler import CompiledProgram, compile
 from sparsad.formats import StoredTensor, as_format, from_arrays, from_logical
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Program", "program", "errors", "Derivative", "grad", "jacobian", "jvp", "vjp",
-    "formats", "StoredTensor", "as_format", "from_arrays", "from_logical",
+    "compile", "CompiledProgram", "formats", "StoredTensor", "as_format", "from_arrays", "from_logical",
     "SparsadError", "ProgramError", "ProgramTypeError", "InputError", "FormatError", "ShapeError",
     "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning",
 ]

@@ -39,7 +39,7 @@ def make_inputs(name, rng, n, matrix=None):
 def check_kernel(name, inputs, mode, rtol=1e-10):
     fn, wrt, kind = kernels()[name]
     text = PAPER_PROGRAMS[name].text
-    derivative = (sparsad.grad if kind == "grad" else sparsad.jacobian)(text, wrt=wrt, mode=mode)
+    derivative = (sparsad.grad if kind == "grad" else sparsad.jacobian)(text, wrt=wrt, mode=mode, interpret=True)
     ours_value = derivative(out_format="value", **inputs)
     dense_inputs = {k: dense(v) for k, v in inputs.items()}
     reference = jax_derivative(fn, wrt, kind, dense_inputs)
@@ -84,7 +84,7 @@ def test_vector_kernels_on_sparse_vectors_from_real_data(suitesparse, name):
     V1_dict = {int(j): float(v) for j, v in zip(row.indices, row.data)}
     V2 = np.random.default_rng(5).standard_normal(n)
     fn, wrt, kind = kernels()[name]
-    derivative = (sparsad.grad if kind == "grad" else sparsad.jacobian)(PAPER_PROGRAMS[name].text, wrt="V1")
+    derivative = (sparsad.grad if kind == "grad" else sparsad.jacobian)(PAPER_PROGRAMS[name].text, wrt="V1", interpret=True)
     ours = derivative(V1=V1_dict, V2=V2, out_format="value")
     dense_v1 = V1.toarray().ravel()
     reference = jax_derivative(fn, "V1", kind, {"V1": dense_v1, "V2": V2})

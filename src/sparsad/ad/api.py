@@ -97,7 +97,7 @@ class Derivative(Program):
     """A derivative of a program: call it on the primal's inputs (plus a tangent or cotangent)."""
 
     def __init__(self, primal: Program, wrt: tuple[str, ...], kind: str, mode: str,
-                 seed_name: str | None = None):
+                 seed_name: str | None = None, interpret: bool = True):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not one of {MODES}")
         unknown = [w for w in wrt if w not in primal.inputs]
@@ -112,7 +112,9 @@ class Derivative(Program):
         self.seed_name = seed_name
         self.declared = dict(primal.declared)
         self.source = None
+        self.interpret = interpret
         self._cache: dict[tuple, dict[str, Expr]] = {}
+        self._compiled: dict[str, Any] = {}
 
     # Program interface
     @property
@@ -142,11 +144,22 @@ class Derivative(Program):
         return "\n\n".join(f"# d/d{name}\n{to_text(e)}" for name, e in parts.items())
 
     def show(self, stage: str = "derivative") -> str:
+        """"source", "derivative", or (compiled, after a call) any stage of `sparsad.compile`."""
         if stage == "source":
             return self.primal.text()
-        if stage != "derivative":
-            raise ValueError(f"unknown stage {stage!r}; use 'source' or 'derivative'")
-        return self.text()
+        if stage == "derivative":
+            return self.text()
+        if self._compiled:
+            return "\n\n".join(c.show(stage) for c in self._compiled.values())
+        raise ValueError(f"unknown stage {stage!r}; use 'source' or 'derivative' "
+                         "(compiled derivatives show more stages after their first call)")
+
+    def _compiled_for(self, wrt: str):
+        from sparsad.compiler import CompiledProgram
+
+        if wrt not in self._compiled:
+            self._compiled[wrt] = CompiledProgram(self.primal, build=lambda types, w=wrt: self._build(w, types))
+        return self._compiled[wrt]
 
     def __repr__(self) -> str:
         return f"Derivative({self.kind}, wrt={list(self.wrt)}, mode={self.resolved_mode()!r}, of {self.primal!r})"
@@ -198,6 +211,11 @@ class Derivative(Program):
         types = {name: value_type(value) for name, value in primal_inputs.items()}
         types.update(self.declared)
         results = {}
+        compiled = (not self.interpret and self.kind in ("grad", "jacobian")
+                    and self.resolved_mode(types) != "forward")
+        if compiled:
+            results = {w: self._compiled_for(w)(out_format=out_format, **primal_inputs) for w in self.wrt}
+            return results[self.wrt[0]] if len(self.wrt) == 1 else results
         for wrt, expr in self.exprs(types).items():
             if self.kind != "jvp" and self.resolved_mode(types) == "forward":
                 value, result_type = self._forward_by_directions(expr, wrt, inputs, types)
@@ -280,20 +298,25 @@ def _names(wrt: str | Iterable[str]) -> tuple[str, ...]:
     return (wrt,) if isinstance(wrt, str) else tuple(wrt)
 
 
-def grad(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto") -> Derivative:
+def grad(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto",
+         interpret: bool = False) -> Derivative:
     """The gradient of a scalar program w.r.t. one or more inputs (masked to sparse inputs' patterns).
+
+    Compiled to a kernel for the inputs' formats on first call; `interpret=True` runs the
+    derivative program in the reference interpreter instead.
 
     >>> import numpy as np
     >>> g = grad("sum(<i, a> in V1) a * V2(i)", wrt="V2")
     >>> g(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]))
     array([1., 2.])
     """
-    return Derivative(make_program(prog), _names(wrt), "grad", mode)
+    return Derivative(make_program(prog), _names(wrt), "grad", mode, interpret=interpret)
 
 
-def jacobian(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto") -> Derivative:
+def jacobian(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto",
+             interpret: bool = False) -> Derivative:
     """The Jacobian, laid out as output indices then input indices (D ⊗ τ), by tensorized forward mode."""
-    return Derivative(make_program(prog), _names(wrt), "jacobian", mode)
+    return Derivative(make_program(prog), _names(wrt), "jacobian", mode, interpret=interpret)
 
 
 def jvp(prog: "Program | str", wrt: str, tangent: str | None = None) -> Derivative:

@@ -50,7 +50,10 @@ def derivative_of(call: Call) -> Expr:
     """d/dx f(x, ...) at the call's first argument (the exponent of pow is a constant)."""
     if call.func == "pow":
         base, exponent = call.args
-        return Binary("*", exponent, _call("pow", base, Binary("-", exponent, Const(1.0))))
+        lowered = Binary("-", exponent, Const(1.0))
+        if isinstance(exponent, Const):
+            lowered = Const(float(exponent.value) - 1.0)
+        return Binary("*", exponent, _call("pow", base, lowered))
     rule = UNARY_DERIVATIVES.get(call.func)
     if rule is None:
         raise DerivativeRuleError(f"no derivative rule for the function {call.func!r}; add one to "

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from sparsad.errors import ProgramTypeError
 from sparsad.lang.functions import FUNCTIONS
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, LetTuple, Lookup,
-                                 Neg, Not, Range, Singleton, SubArray, Sum, Unique, Var)
+                                 Neg, Not, Range, Singleton, SubArray, Sum, Unique, Var, free_vars)
 from sparsad.lang.types import (BOOL, INT, REAL, ZERO, Bool, Dict, Int, Real, Type, Zero,
                                 is_additive, type_to_text)
 
@@ -213,7 +213,7 @@ def _infer(expr: Expr, env: dict) -> Type:
                 if not isinstance(t, (Real, Int, Zero)):
                     raise _error(arg, f"{f} takes a real, got {type_to_text(t)}; map over a "
                                       "dictionary with sum(<k, v> in d) {{ k -> {f}(v) }}")
-            if f == "pow" and not isinstance(args[1], (Const, Neg)):
+            if f == "pow" and free_vars(args[1]):
                 raise _error(args[1], "pow takes a constant exponent")
             return REAL
         case Unique(operand=o):

@@ -76,6 +76,100 @@ def _vertical_fusion(e, _):
     return Sum(inner.key, inner.val, inner.source, wrap(body))
 
 
+def _singleton_leaf(body: Expr):
+    """Like _unique_singleton_leaf, for any singleton key (repeated keys merge by +), also below
+    nested sums."""
+    match body:
+        case Singleton(key=key, value=value):
+            return _strip_unique(key), value, lambda inner: inner
+        case Sum(key=k, val=v, source=src, body=b):
+            found = _singleton_leaf(b)
+            if found:
+                f, g, wrap = found
+                return f, g, lambda inner, k=k, v=v, src=src, wrap=wrap: Sum(k, v, src, wrap(inner))
+        case Let(name=n, value=v, body=b):
+            found = _singleton_leaf(b)
+            if found:
+                f, g, wrap = found
+                return f, g, lambda inner, n=n, v=v, wrap=wrap: Let(n, v, wrap(inner))
+        case If(cond=c, then=t, orelse=None):
+            found = _singleton_leaf(t)
+            if found:
+                f, g, wrap = found
+                return f, g, lambda inner, c=c, wrap=wrap: If(c, wrap(inner))
+    return None
+
+
+def is_linear(body: Expr, name: str) -> bool:
+    """body(v1 + v2) = body(v1) + body(v2) and body({}) = {}: v is read only through lookups,
+    sum sources, +, -, scaling by v-free factors, singleton values and lets of such."""
+    from sparsad.lang.syntax import Neg, free_vars
+
+    def lin(e: Expr) -> bool:
+        if name not in free_vars(e):
+            return False  # a term without v is not linear in v (it would be counted per entry)
+        match e:
+            case Var(name=n):
+                return n == name
+            case Lookup(dict=d, key=k):
+                return name not in free_vars(k) and lin(d)
+            case Sum(key=k, val=v, source=src, body=b):
+                if name in (k, v):
+                    return False
+                inner_ok = name not in free_vars(b) or False
+                if name in free_vars(src):
+                    return inner_ok and lin(src) and _linear_in_value(b, v)
+                return lin(b)
+            case Binary(op="+" | "-", left=l, right=r):
+                return lin(l) and lin(r)
+            case Binary(op="*", left=l, right=r):
+                return (lin(l) and name not in free_vars(r)) or (lin(r) and name not in free_vars(l))
+            case Neg(operand=o):
+                return lin(o)
+            case Singleton(key=k, value=v):
+                return name not in free_vars(k) and lin(v)
+            case Let(name=n, value=v, body=b):
+                if n == name:
+                    return False
+                if name in free_vars(v):
+                    return name not in free_vars(b) and lin(v) and is_linear(b, n)
+                return lin(b)
+            case If(cond=c, then=t, orelse=o):
+                return name not in free_vars(c) and lin(t) and (o is None or lin(o))
+        return False
+
+    def _linear_in_value(b: Expr, v: str) -> bool:
+        return v != "_" and is_linear(b, v)
+
+    return lin(body)
+
+
+def _linear_vertical_fusion(e, _):
+    """sum(<k, v> in sum(<x, y> in S) { f -> g }) b  ~>  sum(<x, y> in S) let k = f in let v = g in b,
+    when b is linear in v: entries that share a key add up either way."""
+    if not (isinstance(e, Sum) and isinstance(e.source, Sum) and e.val != "_"):
+        return None
+    found = _singleton_leaf(e.source.body)
+    if not found or not is_linear(e.body, e.val):
+        return None
+    f, g, wrap = found
+    # a key may now repeat across iterations: what was unique per key no longer is
+    body = Let(e.val, g, _strip_unique_of(e.body, e.key))
+    if e.key != "_":
+        body = Let(e.key, f, body)
+    return Sum(e.source.key, e.source.val, e.source.source, wrap(body))
+
+
+def _strip_unique_of(expr: Expr, name: str) -> Expr:
+    from sparsad.lang.rebuild import map_children
+    from sparsad.lang.syntax import free_vars
+
+    expr = map_children(expr, lambda child: _strip_unique_of(child, name))
+    if isinstance(expr, Unique) and name in free_vars(expr.operand):
+        return expr.operand
+    return expr
+
+
 def _is_dense_generator(e: Expr) -> bool:
     """sum(<_, q> in (st:en)) { unique(q) -> g }: one entry per key of a range."""
     return (isinstance(e, Sum) and isinstance(e.source, Range) and isinstance(e.body, Singleton)
@@ -148,6 +242,7 @@ RULES = (
     Rule("sum over a singleton", _sum_over_singleton),
     Rule("lookup of a singleton", _lookup_singleton),
     Rule("vertical fusion of a sum over a unique-key sum", _vertical_fusion),
+    Rule("vertical fusion of a sum linear in its value", _linear_vertical_fusion),
     Rule("lookup into a dense generator", _dense_lookup),
     Rule("inline a generator whose every use fuses", _inline_generator),
     Rule("inline a single-use let outside loops", _inline_single_use),

@@ -1,0 +1,170 @@
+"""`sparsad.compile`: a program plus the storage formats of its inputs becomes a Numba kernel.
+
+    text/tree -> (derivative) -> opt.pipeline (sparsity, storage, fuse, eqsat, normalize, dps, cse)
+              -> codegen (loop IR -> Python -> numba.njit) -> kernel(physical arrays)
+
+Kernels are cached per (program, formats, dtypes). A program that code generation cannot
+handle runs the optimized physical program in the interpreter, with a one-line warning.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+
+from sparsad.errors import InputError, UnsupportedError
+from sparsad.formats import StoredTensor, as_format
+from sparsad.lang.interpret import evaluate
+from sparsad.lang.printer import to_text
+from sparsad.lang.program import Program, program as make_program, to_natural
+from sparsad.lang.syntax import Expr
+from sparsad.lang.typecheck import infer, value_type
+from sparsad.lang.types import Dict, Type, extents, type_to_text
+from sparsad.opt.pipeline import optimize
+from sparsad.opt.storage import physical_inputs
+
+STAGES = ("source", "sparsity", "storage", "fuse", "eqsat", "normalize", "fuse-normalized", "dps",
+          "cse", "optimized", "physical", "code")
+
+
+def _default_format(value: Any) -> str | None:
+    """The storage format an input keeps when the caller names none."""
+    import scipy.sparse as sp
+
+    if isinstance(value, StoredTensor):
+        return None
+    if sp.issparse(value):
+        return {"csr": "csr", "csc": "csc", "coo": "coo"}.get(value.format, "csr")
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        return "dense"
+    if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0) >= 1:
+        return None  # torch / pydata: as_format picks the natural one
+    return None
+
+
+class CompiledProgram(Program):
+    """A program that runs as a compiled kernel on its inputs' own storage formats."""
+
+    def __init__(self, expr_source: "Program | str | Expr", formats: Mapping[str, str] | None = None,
+                 output: str = "auto", build=None):
+        base = make_program(expr_source)
+        self.base = base
+        self.expr = base.expr
+        self.source = base.source
+        self.declared = dict(base.declared)
+        self.formats = dict(formats or {})
+        self.output = output
+        self._build = build  # types -> logical expr (derivatives build per input types)
+        self._plans: dict[tuple, dict] = {}
+        self._last: dict | None = None
+
+    @property
+    def inputs(self) -> list[str]:
+        return self.base.inputs
+
+    def store(self, inputs: Mapping[str, Any]) -> tuple[dict[str, StoredTensor], dict[str, Any]]:
+        """Split inputs into stored tensors (in their formats) and scalars."""
+        stored, scalars = {}, {}
+        for name, value in inputs.items():
+            if isinstance(value, (bool, int, float, np.generic)):
+                scalars[name] = value.item() if isinstance(value, np.generic) else value
+                continue
+            if isinstance(value, dict):
+                raise UnsupportedError(f"input {name!r} is a nested dict; compiled programs take arrays, "
+                                       "scipy.sparse matrices or formats (use interpret=True for dicts)")
+            fmt = self.formats.get(name) or _default_format(value)
+            stored[name] = value if isinstance(value, StoredTensor) and name not in self.formats \
+                else as_format(value, fmt, name=name)
+        return stored, scalars
+
+    def plan(self, inputs: Mapping[str, Any]) -> dict:
+        stored, scalars = self.store(inputs)
+        logical_types = {n: t.logical_type() for n, t in stored.items()}
+        logical_types.update({n: value_type(v) for n, v in scalars.items()})
+        key = (tuple(sorted((n, t, tuple(extents(t))) for n, t in logical_types.items())),
+               tuple(sorted((n, s.format.describe(), str(s.values.dtype)) for n, s in stored.items())))
+        if key not in self._plans:
+            logical = self._build(logical_types) if self._build else self.expr
+            physical, stages = optimize(logical, logical_types, stored)
+            _, array_types = physical_inputs(stored)
+            physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
+            result_type = infer(logical, logical_types)
+            shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
+            if shape is not None and any(e is None for e in shape):
+                shape = None
+            kernel, reason = None, None
+            try:
+                from sparsad.codegen import compile_physical
+
+                kernel = compile_physical(physical, physical_types, output=self.output, shape=shape)
+            except UnsupportedError as error:
+                reason = str(error)
+                warnings.warn(f"sparsad.compile: running the optimized program in the interpreter "
+                              f"({reason})", stacklevel=3)
+            self._plans[key] = dict(logical=logical, physical=physical, stages=stages, kernel=kernel,
+                                    result_type=result_type, shape=shape, reason=reason)
+        plan = self._plans[key]
+        plan["arrays"] = {**physical_inputs(stored)[0], **scalars}
+        self._last = plan
+        return plan
+
+    def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
+        self._check_inputs(inputs)
+        plan = self.plan(inputs)
+        if plan["kernel"] is not None:
+            result = plan["kernel"](**plan["arrays"])
+            return _convert(result, plan, out_format)
+        value = evaluate(plan["physical"], plan["arrays"])
+        return value if out_format == "value" else to_natural(value, plan["result_type"], out_format)
+
+    def show(self, stage: str = "code") -> str:
+        """A stage of the last compilation: any pass name, "optimized"/"physical", or "code"."""
+        if stage == "source":
+            return self.base.text()
+        if self._last is None:
+            raise InputError("call the compiled program once (the plan depends on the inputs' "
+                             "formats), then show its stages")
+        if stage == "code":
+            kernel = self._last["kernel"]
+            return kernel.source if kernel is not None else f"# interpreted: {self._last['reason']}"
+        if stage in ("optimized", "physical"):
+            return to_text(self._last["physical"])
+        if stage == "derivative":
+            return to_text(self._last["logical"])
+        if stage in self._last["stages"]:
+            return to_text(self._last["stages"][stage])
+        raise ValueError(f"unknown stage {stage!r}; use one of {STAGES}")
+
+    def __repr__(self) -> str:
+        return f"CompiledProgram({self.base!r}, formats={self.formats}, output={self.output!r})"
+
+
+def _convert(result: Any, plan: dict, out_format: str) -> Any:
+    import scipy.sparse as sp
+
+    if out_format in ("natural", "value") or result is None:
+        return result
+    if out_format == "dense":
+        return result.toarray() if sp.issparse(result) else np.asarray(result)
+    if out_format in ("csr", "csc", "coo"):
+        matrix = result if sp.issparse(result) else sp.coo_matrix(np.asarray(result))
+        return matrix.asformat(out_format)
+    if out_format == "dict":
+        from sparsad.lang.values import from_input
+
+        return from_input(result)
+    raise ValueError(f"unknown out_format {out_format!r}")
+
+
+def compile(program: "Program | str | Expr", formats: Mapping[str, str] | None = None,  # noqa: A001
+            output: str = "auto") -> CompiledProgram:
+    """Compile a program for its inputs' storage formats.
+
+    >>> import numpy as np, scipy.sparse as sp
+    >>> spmv = compile("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }")
+    >>> A = sp.identity(3, format="csr") * 2.0
+    >>> spmv(A=A, x=np.ones(3))
+    array([2., 2., 2.])
+    """
+    return CompiledProgram(program, formats, output)
