@@ -35,6 +35,13 @@ class Plan:
     iu: np.ndarray | None
     iv: np.ndarray
 
+    def __post_init__(self):
+        # Unsigned indices spare Numba's negative-index wraparound test on every access (~2x on SpMV).
+        for name in ("seg", "iu", "iv"):
+            array = getattr(self, name)
+            if array is not None:
+                object.__setattr__(self, name, np.ascontiguousarray(array, dtype=np.uint64))
+
 
 class Terms:
     """Term list of a bilinear sparse product (see the module docstring)."""

@@ -25,7 +25,7 @@ def _use_numba(tensor: torch.Tensor) -> bool:
 def device_index(terms: Terms, key: str, array: np.ndarray, device: torch.device) -> torch.Tensor:
     cache = terms.torch_cache
     if (key, device) not in cache:
-        cache[(key, device)] = torch.tensor(array, dtype=torch.int64, device=device)
+        cache[(key, device)] = torch.tensor(array.astype(np.int64), device=device)
     return cache[(key, device)]
 
 
@@ -43,7 +43,7 @@ def _evaluate_torch(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) ->
     if plan.kind == "single":
         iout = torch.arange(terms.sizes[out], device=dev)
     else:
-        seg = plan.seg
+        seg = plan.seg.astype(np.int64)
         iout = device_index(terms, f"out{out}", np.repeat(np.arange(seg.shape[0] - 1), np.diff(seg)), dev)
     iu = iv if plan.iu is None else device_index(terms, f"iu{out}", plan.iu, dev)
     if out == terms.scalar:

@@ -1,0 +1,257 @@
+"""numml's benchmarks (Nytko et al.): Table 4 (sparse kernels, forward and backward) and Table 2
+(one training epoch of the applications), sparse (sparsad.torch) against SciPy, PyTorch's own
+sparse autograd and PyTorch dense autograd. Single-threaded, as the paper's CPU numbers.
+
+    cd /work/main && .venv/bin/python -m bench.numml [--quick]
+
+Writes bench/results/numml_kernels.csv, numml_apps.csv and PNG plots.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg
+import torch
+
+from bench.common import best_time, plot_bars, plot_lines, print_table, write_csv
+
+ROOT = Path(__file__).resolve().parents[1]
+f64 = torch.float64
+
+
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _single_threaded() -> None:
+    from sparsad.ops import contract
+
+    torch.set_num_threads(1)
+    contract.PARALLEL_MIN_WORK = 1 << 62  # serial Numba kernels
+
+
+def _time_fwd_bwd(forward, inputs, repeat: int) -> tuple[float, float]:
+    """Median forward time (graph built) and backward time (retain_graph) of forward(*inputs)."""
+    t_fwd = best_time(lambda: forward(*inputs), repeat=repeat)
+    out = forward(*inputs)
+    grad = torch.randn_like(out) if out.layout == torch.strided else None
+    if grad is None:  # a torch sparse output: backpropagate its values
+        out = out.coalesce().values() if out.layout == torch.sparse_coo else out.values()
+        grad = torch.randn_like(out)
+    t_bwd = best_time(lambda: torch.autograd.backward(out, grad, retain_graph=True), repeat=repeat)
+    return t_fwd, t_bwd
+
+
+def _leaf(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().clone().requires_grad_(True)
+
+
+# -- Table 4: kernels ---------------------------------------------------------------------------
+def _kernel_cases(op: str, n: int):
+    """(ours, scipy_forward, torch_sparse, torch_dense) callables and inputs for one op at size n."""
+    import sparsad.torch as sat
+    from sparsad.ops.problems import poisson_1d
+
+    gen = torch.Generator().manual_seed(0)
+    a = poisson_1d(n)
+    if op == "SpTRSV":
+        a = sp.tril(a).tocsr()
+    A = sat.SparseMatrix.from_scipy(a, requires_grad=True)
+    coo = a.tocoo()
+    idx = torch.tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64)
+    a_vals = _leaf(torch.tensor(coo.data))
+    x = _leaf(torch.randn(n, dtype=f64, generator=gen))
+    X = _leaf(torch.randn(n, n, dtype=f64, generator=gen)) if op == "SpDMM" else None
+    b = poisson_1d(n) * 0.5 + sp.eye(n)  # a second operand with the same band
+    B = sat.SparseMatrix.from_scipy(b.tocsr(), requires_grad=True)
+    bcoo = b.tocoo()
+    b_idx = torch.tensor(np.vstack([bcoo.row, bcoo.col]), dtype=torch.int64)
+    b_vals = _leaf(torch.tensor(bcoo.data))
+    x_np, b_sp = x.detach().numpy(), b.tocsr()
+
+    def tsparse(values, index=idx):
+        return torch.sparse_coo_tensor(index, values, (n, n))
+
+    if op == "SpMV":
+        return ((lambda A, x: A @ x, (A, x)), lambda: a @ x_np,
+                (lambda v, x: torch.sparse.mm(tsparse(v), x[:, None])[:, 0], (a_vals, x)),
+                (lambda D, x: D @ x, (_leaf(torch.tensor(a.toarray())), x)) if n <= 8192 else None)
+    if op == "SpSpMM":
+        return ((lambda A, B: (A @ B).values, (A, B)), lambda: a @ b_sp,
+                (lambda v, w: torch.sparse.mm(tsparse(v), tsparse(w, b_idx)), (a_vals, b_vals)),
+                (lambda D, E: D @ E, (_leaf(torch.tensor(a.toarray())), _leaf(torch.tensor(b.toarray()))))
+                if n <= 4096 else None)
+    if op == "SpDMM":
+        Xn = X.detach().numpy()
+        return ((lambda A, X: A @ X, (A, X)), lambda: a @ Xn,
+                (lambda v, X: torch.sparse.mm(tsparse(v), X), (a_vals, X)),
+                (lambda D, X: D @ X, (_leaf(torch.tensor(a.toarray())), X)) if n <= 4096 else None)
+    if op == "Sp+Sp":
+        return ((lambda A, B: (A + B).values, (A, B)), lambda: a + b_sp,
+                (lambda v, w: tsparse(v) + tsparse(w, b_idx), (a_vals, b_vals)),
+                (lambda D, E: D + E, (_leaf(torch.tensor(a.toarray())), _leaf(torch.tensor(b.toarray()))))
+                if n <= 8192 else None)
+    if op == "SpTRSV":
+        return ((lambda L, x: sat.triangular_solve(L, x), (A, x)),
+                lambda: scipy.sparse.linalg.spsolve_triangular(a, x_np, lower=True),
+                (lambda v, x: torch.triangular_solve(x[:, None], tsparse(v).to_sparse_csr(), upper=False)
+                 .solution[:, 0], (a_vals, x)),
+                (lambda D, x: torch.linalg.solve_triangular(D, x[:, None], upper=False)[:, 0],
+                 (_leaf(torch.tensor(a.toarray())), x)) if n <= 8192 else None)
+    raise ValueError(op)
+
+
+KERNEL_SIZES = {  # numml's Table 4 sizes last; dense competitors stop where memory/time forbid
+    "SpMV": [1024, 4096, 16384, 32768],
+    "SpSpMM": [1024, 4096, 16384],
+    "SpDMM": [1024, 2048, 4096],  # the paper's N = 16,384 needs a 2 GiB dense operand
+    "Sp+Sp": [1024, 4096, 16384, 32768],
+    "SpTRSV": [1024, 4096, 16384, 32768],
+}
+
+
+def kernel_table(quick: bool) -> list[dict]:
+    rows = []
+    for op, sizes in KERNEL_SIZES.items():
+        for n in (sizes[:2] if quick else sizes):
+            repeat = 3 if quick else 7
+            ours, scipy_fwd, tsparse, dense = _kernel_cases(op, n)
+            fwd, bwd = _time_fwd_bwd(*ours, repeat)
+            row = {"op": op, "N": n, "ours_fwd_s": fwd, "ours_bwd_s": bwd, "scipy_fwd_s": best_time(scipy_fwd, repeat)}
+            try:
+                row["torch_sparse_fwd_s"], row["torch_sparse_bwd_s"] = _time_fwd_bwd(*tsparse, repeat)
+            except Exception as exc:  # PyTorch's own sparse autograd does not run for this op
+                row["torch_sparse_fwd_s"] = row["torch_sparse_bwd_s"] = float("nan")
+                row["torch_sparse_note"] = f"fails: {type(exc).__name__}"
+            if dense is not None and not (quick and n > 1024 and op in ("SpSpMM", "SpDMM")):
+                row["dense_fwd_s"], row["dense_bwd_s"] = _time_fwd_bwd(*dense, 3)
+            else:
+                row["dense_fwd_s"] = row["dense_bwd_s"] = float("nan")
+            ours_total = fwd + bwd
+            row["fwd_vs_scipy"] = fwd / row["scipy_fwd_s"]
+            row["bwd_vs_fwd"] = bwd / fwd
+            row["dense_speedup"] = (row["dense_fwd_s"] + row["dense_bwd_s"]) / ours_total
+            row["torch_sparse_speedup"] = (row["torch_sparse_fwd_s"] + row["torch_sparse_bwd_s"]) / ours_total
+            rows.append(row)
+            print(f"  {op:7s} N={n:6d}  fwd {fwd * 1e3:8.3f} ms  bwd {bwd * 1e3:8.3f} ms", flush=True)
+    return rows
+
+
+# -- Table 2: one training epoch of the applications ---------------------------------------------
+def _epoch_seconds(make_problem, params, repeat: int) -> float:
+    problem = make_problem()
+    optimizer = torch.optim.Adam(params(problem), lr=0.01)
+
+    def epoch():
+        optimizer.zero_grad()
+        problem.loss().backward()
+        optimizer.step()
+
+    return best_time(epoch, repeat=repeat, warmup=1, budget_s=20.0)
+
+
+def app_table(quick: bool) -> list[dict]:
+    jacobi, heavyball, pcg = _example("linalg_jacobi"), _example("linalg_heavyball"), _example("linalg_pcg")
+    sizes = [1024, 4096] if quick else [1024, 4096, 16384, 65536]
+    dense_limit = {"Jacobi": 4096 if not quick else 1024, "Heavyball": 1024, "PCG": 1024 if quick else 4096}
+    apps = {
+        "Jacobi": (lambda n, d: jacobi.JacobiProblem(n, dense=d), lambda p: [p.omega]),
+        # the paper runs 3N/4 rounds; 64 rounds keep the large sizes within the time budget
+        "Heavyball": (lambda n, d: heavyball.HeavyballProblem(n, rounds=64, dense=d), lambda p: [p.alpha, p.beta]),
+        "PCG": (lambda n, d: pcg.PCGProblem(int(round(n ** 0.5)), dense=d), lambda p: [p.L.values]),
+    }
+    rows = []
+    for app, (make, params) in apps.items():
+        for n in sizes:
+            row = {"app": app, "N": n, "sparse_s": _epoch_seconds(lambda: make(n, False), params, 3)}
+            row["dense_s"] = _epoch_seconds(lambda: make(n, True), params, 2) if n <= dense_limit[app] else float("nan")
+            row["dense_over_sparse"] = row["dense_s"] / row["sparse_s"]
+            rows.append(row)
+            print(f"  {app:9s} N={n:6d}  sparse {row['sparse_s']:.4f} s  dense {row['dense_s']:.4f} s", flush=True)
+    rows += _gcn_rows(quick)
+    return rows
+
+
+def _gcn_rows(quick: bool) -> list[dict]:
+    from sparsad.torch.planetoid import load_planetoid, planetoid_dir
+
+    if planetoid_dir() is None:
+        print("  (GCN skipped: ../shared/data/planetoid absent)")
+        return []
+    gcn = _example("gcn_planetoid")
+    rows = []
+    for name in (["cora"] if quick else ["cora", "citeseer", "pubmed"]):
+        data = load_planetoid(name)
+        adjacency, features, labels = gcn.prepare(data)
+        train = torch.as_tensor(data.train)
+        timings = {}
+        for kind in ("sparse", "dense"):
+            if kind == "dense" and name == "pubmed" and quick:
+                continue
+            A, X = (adjacency, features) if kind == "sparse" else (adjacency.to_dense(), features.to_dense())
+            torch.manual_seed(0)
+            model = gcn.GCN(features.shape[1], 16, data.num_classes)
+            if kind == "dense":  # dropout on the dense features instead of on stored values
+                model.forward = (lambda m: lambda a, x: m.conv2(a, torch.nn.functional.dropout(
+                    torch.relu(m.conv1(a, torch.nn.functional.dropout(x, 0.5, m.training))), 0.5, m.training)))(model)
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+
+            def epoch():
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(A, X)[train], labels[train]).backward()
+                optimizer.step()
+
+            timings[kind] = best_time(epoch, repeat=5, warmup=1)
+        row = {"app": f"GCN-{name}", "N": data.adjacency.shape[0], "sparse_s": timings["sparse"],
+               "dense_s": timings.get("dense", float("nan"))}
+        row["dense_over_sparse"] = row["dense_s"] / row["sparse_s"]
+        rows.append(row)
+        print(f"  GCN {name:9s} N={row['N']:6d}  sparse {row['sparse_s']:.4f} s  dense {row['dense_s']:.4f} s", flush=True)
+    return rows
+
+
+def main(quick: bool = False) -> None:
+    _single_threaded()
+    start = time.perf_counter()
+    print("numml Table 4: kernels on the 1-D Poisson matrix (seconds per call, single thread)")
+    kernels = kernel_table(quick)
+    print_table(kernels, ["op", "N", "ours_fwd_s", "ours_bwd_s", "scipy_fwd_s", "torch_sparse_fwd_s",
+                          "torch_sparse_bwd_s", "dense_fwd_s", "dense_bwd_s", "fwd_vs_scipy", "bwd_vs_fwd",
+                          "dense_speedup", "torch_sparse_speedup", "torch_sparse_note"])
+    print("\nnumml Table 2: one training epoch (seconds, single thread)")
+    apps = app_table(quick)
+    print_table(apps, ["app", "N", "sparse_s", "dense_s", "dense_over_sparse"])
+    print("\nwrote", write_csv("numml_kernels", kernels), "and", write_csv("numml_apps", apps))
+    for op in KERNEL_SIZES:
+        series = []
+        for row in kernels:
+            if row["op"] != op:
+                continue
+            for impl, cols in (("sparsad", ("ours_fwd_s", "ours_bwd_s")), ("torch.sparse", ("torch_sparse_fwd_s", "torch_sparse_bwd_s")),
+                               ("torch dense", ("dense_fwd_s", "dense_bwd_s"))):
+                total = row[cols[0]] + row[cols[1]]
+                if np.isfinite(total):
+                    series.append({"N": row["N"], "seconds": total, "impl": impl})
+            series.append({"N": row["N"], "seconds": row["scipy_fwd_s"], "impl": "scipy (forward only)"})
+        plot_lines("numml", series, "N", "seconds", "impl", title=f"{op}: forward + backward",
+                   name=f"numml_{op.replace('+', 'plus')}")
+    plot_lines("numml", [r for r in apps if r["app"] in ("Jacobi", "Heavyball", "PCG")], "N", "sparse_s", "app",
+               title="one training epoch, sparse", name="numml_apps")
+    bars = [{"case": f"{r['op']} {r['N']}", "dense / ours": r["dense_speedup"]} for r in kernels
+            if np.isfinite(r["dense_speedup"])]
+    if bars:
+        plot_bars("numml", bars, "case", "dense / ours", title="speed-up over PyTorch dense autograd",
+                  name="numml_dense_speedup")
+    print(f"done in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main(quick="--quick" in sys.argv)
