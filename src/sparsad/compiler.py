@@ -21,7 +21,7 @@ from sparsad.lang.program import Program, program as make_program, to_natural
 from sparsad.lang.syntax import Expr
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Dict, Type, extents, type_to_text
-from sparsad.opt.pipeline import optimize
+from sparsad.opt.pipeline import OPTIONAL_PASSES, optimize
 from sparsad.opt.storage import physical_inputs
 
 STAGES = ("source", "sparsity", "storage", "fuse", "eqsat", "normalize", "fuse-normalized", "dps",
@@ -47,7 +47,7 @@ class CompiledProgram(Program):
     """A program that runs as a compiled kernel on its inputs' own storage formats."""
 
     def __init__(self, expr_source: "Program | str | Expr", formats: Mapping[str, str] | None = None,
-                 output: str = "auto", build=None):
+                 output: str = "auto", build=None, passes=OPTIONAL_PASSES):
         base = make_program(expr_source)
         self.base = base
         self.expr = base.expr
@@ -55,6 +55,7 @@ class CompiledProgram(Program):
         self.declared = dict(base.declared)
         self.formats = dict(formats or {})
         self.output = output
+        self.passes = frozenset(passes)
         self._build = build  # types -> logical expr (derivatives build per input types)
         self._plans: dict[tuple, dict] = {}
         self._last: dict | None = None
@@ -86,7 +87,7 @@ class CompiledProgram(Program):
                tuple(sorted((n, s.format.describe(), str(s.values.dtype)) for n, s in stored.items())))
         if key not in self._plans:
             logical = self._build(logical_types) if self._build else self.expr
-            physical, stages = optimize(logical, logical_types, stored)
+            physical, stages = optimize(logical, logical_types, stored, self.passes)
             _, array_types = physical_inputs(stored)
             physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
             result_type = infer(logical, logical_types)
@@ -158,7 +159,7 @@ def _convert(result: Any, plan: dict, out_format: str) -> Any:
 
 
 def compile(program: "Program | str | Expr", formats: Mapping[str, str] | None = None,  # noqa: A001
-            output: str = "auto") -> CompiledProgram:
+            output: str = "auto", passes=OPTIONAL_PASSES) -> CompiledProgram:
     """Compile a program for its inputs' storage formats.
 
     >>> import numpy as np, scipy.sparse as sp
@@ -167,4 +168,4 @@ def compile(program: "Program | str | Expr", formats: Mapping[str, str] | None =
     >>> spmv(A=A, x=np.ones(3))
     array([2., 2., 2.])
     """
-    return CompiledProgram(program, formats, output)
+    return CompiledProgram(program, formats, output, passes=passes)

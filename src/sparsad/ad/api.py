@@ -113,6 +113,11 @@ class Derivative(Program):
         self.declared = dict(primal.declared)
         self.source = None
         self.interpret = interpret
+        from sparsad.opt.pipeline import OPTIONAL_PASSES
+
+        self.formats: dict[str, str] = {}
+        self.output = "auto"
+        self.passes = OPTIONAL_PASSES
         self._cache: dict[tuple, dict[str, Expr]] = {}
         self._compiled: dict[str, Any] = {}
 
@@ -158,8 +163,19 @@ class Derivative(Program):
         from sparsad.compiler import CompiledProgram
 
         if wrt not in self._compiled:
-            self._compiled[wrt] = CompiledProgram(self.primal, build=lambda types, w=wrt: self._build(w, types))
+            self._compiled[wrt] = CompiledProgram(self.primal, formats=self.formats, output=self.output,
+                                                  passes=self.passes,
+                                                  build=lambda types, w=wrt: self._build(w, types))
         return self._compiled[wrt]
+
+    def compiled(self, formats=None, output: str = "auto", passes=None) -> "Derivative":
+        """The same derivative compiled with named input formats, output kind or passes."""
+        from sparsad.opt.pipeline import OPTIONAL_PASSES
+
+        twin = Derivative(self.primal, self.wrt, self.kind, self.mode, self.seed_name, interpret=False)
+        twin.formats, twin.output = dict(formats or {}), output
+        twin.passes = frozenset(OPTIONAL_PASSES if passes is None else passes)
+        return twin
 
     def __repr__(self) -> str:
         return f"Derivative({self.kind}, wrt={list(self.wrt)}, mode={self.resolved_mode()!r}, of {self.primal!r})"

@@ -19,12 +19,20 @@ from sparsad.opt.egraph import saturate
 from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
-def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any]) -> tuple[Expr, dict[str, Expr]]:
+OPTIONAL_PASSES = frozenset({"eqsat", "normalize", "dps", "cse"})
+
+
+def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
+             passes: frozenset[str] = OPTIONAL_PASSES) -> tuple[Expr, dict[str, Expr]]:
     """Optimize a logical program for inputs held in storage formats.
 
     `types`: logical types of every input; `stored`: name -> StoredTensor for the inputs that
-    are tensors. Returns the physical program and every stage by name.
+    are tensors; `passes`: which optional passes run (for ablations). Returns the physical
+    program and every stage by name.
     """
+    unknown = set(passes) - OPTIONAL_PASSES
+    if unknown:
+        raise ValueError(f"unknown passes {sorted(unknown)}; optional passes are {sorted(OPTIONAL_PASSES)}")
     _, array_types = physical_inputs(stored)
     physical_types = {n: t for n, t in types.items() if n not in stored}
     physical_types.update(array_types)
@@ -32,9 +40,13 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any]) -
     expr = stages["sparsity"] = propagate_sparsity(expr, dict(types))
     expr = stages["storage"] = compose_storage(expr, stored)
     expr = stages["fuse"] = fuse(expr, physical_types)
-    expr = stages["eqsat"] = saturate(expr, physical_types, loop_sizes(stored))
-    expr = stages["normalize"] = normalize_products(expr, physical_types)
-    expr = stages["fuse-normalized"] = fuse(expr, physical_types)
-    expr = stages["dps"] = push_singletons_inward(expr, physical_types)
-    expr = stages["cse"] = eliminate_common_subexpressions(expr, physical_types)
+    if "eqsat" in passes:
+        expr = stages["eqsat"] = saturate(expr, physical_types, loop_sizes(stored))
+    if "normalize" in passes:
+        expr = stages["normalize"] = normalize_products(expr, physical_types)
+        expr = stages["fuse-normalized"] = fuse(expr, physical_types)
+    if "dps" in passes:
+        expr = stages["dps"] = push_singletons_inward(expr, physical_types)
+    if "cse" in passes:
+        expr = stages["cse"] = eliminate_common_subexpressions(expr, physical_types)
     return expr, stages
