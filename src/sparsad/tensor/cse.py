@@ -78,11 +78,12 @@ class Canonicalizer:
 
 
 def _relabel(subs: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Rename letters by first appearance (a, b, ...; <26>, <27>, ... beyond z, unambiguous)."""
     mapping: dict[str, str] = {}
     for ch in "".join(subs):
         if ch not in mapping:
             mapping[ch] = chr(ord("a") + len(mapping)) if len(mapping) < 26 else f"<{len(mapping)}>"
-    return tuple("".join(mapping[c] if len(mapping[c]) == 1 else mapping[c] for c in s) for s in subs), mapping
+    return tuple("".join(mapping[c] for c in s) for s in subs), mapping
 
 
 def _einsum_canonical(in_subs: Sequence[str], out: str, ids: Sequence[int]) -> tuple[tuple, str]:
