@@ -75,6 +75,10 @@ def dot_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
 def masked_dot(rows, cols, u, v, out):  # pragma: no cover - compiled
     """dot_scatter with one term per output: out[p] = u[rows[p], :] . v[cols[p], :] (SDDMM)."""
     channels = u.shape[1]
+    if channels == 1:  # the SpMV case: a plain masked outer product
+        for p in prange(rows.shape[0]):
+            out[p] = u[rows[p], 0] * v[cols[p], 0]
+        return
     for p in prange(rows.shape[0]):
         i = rows[p]
         j = cols[p]

@@ -54,12 +54,19 @@ def _evaluate_torch(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) ->
 
 
 def _evaluate(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Channel operands may be 1-D (one channel): the result of a channel role is then 1-D too."""
+    flat = out != terms.scalar and v.ndim == 1
+    if out == terms.scalar:
+        u, v = (t[:, None] if t.ndim == 1 else t for t in (u, v))
+    elif flat:
+        v = v[:, None]
     u, v = u.contiguous(), v.contiguous()
     if not _use_numba(u):
-        return _evaluate_torch(terms, out, u, v)
-    plan = terms.plan(out)
-    operands = {plan.u_role: u.numpy(), plan.v_role: v.numpy()}
-    return torch.from_numpy(_numpy_contract(terms, out, operands))
+        result = _evaluate_torch(terms, out, u, v)
+    else:
+        plan = terms.plan(out)
+        result = torch.from_numpy(_numpy_contract(terms, out, {plan.u_role: u.numpy(), plan.v_role: v.numpy()}))
+    return result[:, 0] if flat else result
 
 
 class _Contract(torch.autograd.Function):

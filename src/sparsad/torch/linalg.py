@@ -80,7 +80,7 @@ def spmv(A: SparseMatrix, x: torch.Tensor, alpha: Scalar = 1.0, beta: Scalar = 0
         raise ShapeError(f"x must be 1-D for spmv, got shape {tuple(x.shape)}; use spmm for matrices")
     alpha = _check_scalar(alpha, "alpha", A)
     beta = _check_scalar(beta, "beta", A)
-    w = _matmul_2d(A, x[:, None])[:, 0]
+    w = contract(spmm_terms(A.pattern), 2, {0: A.values, 1: x})
     if not (isinstance(alpha, float) and alpha == 1.0):
         w = alpha * w
     if y is not None:
@@ -98,7 +98,7 @@ def spgemm(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
     A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
     _same_kind(A, B)
     pattern, terms = A.pattern.matmul(B.pattern)
-    values = contract(terms, 2, {0: A.values, 1: B.values[:, None]})[:, 0]
+    values = contract(terms, 2, {0: A.values, 1: B.values})
     return SparseMatrix._wrap(pattern, values)
 
 
