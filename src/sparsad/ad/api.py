@@ -76,6 +76,33 @@ def mask_to_pattern(adjoint: Expr, x: str, order: int) -> Expr:
     return Let(whole, adjoint, body)
 
 
+def only_iterated(expr: Expr, name: str, order: int) -> bool:
+    """True when every use of `name` (and, level by level, of the values read from it) is as
+    the source of a sum: the adjoint then lives on name's pattern without masking."""
+    from sparsad.lang.syntax import Var, walk
+
+    if order == 0:
+        return True
+    uses = [n for n in walk(expr) if isinstance(n, Var) and n.name == name]
+    sums = [n for n in walk(expr) if isinstance(n, Sum) and n.source == Var(name)]
+    if len(uses) != len(sums) or _rebinds(expr, name):
+        return False
+    return all(s.val == "_" or only_iterated(s.body, s.val, order - 1) for s in sums)
+
+
+def _rebinds(expr: Expr, name: str) -> bool:
+    from sparsad.lang.syntax import walk
+
+    for node in walk(expr):
+        if isinstance(node, Sum) and name in (node.key, node.val):
+            return True
+        if isinstance(node, Let) and node.name == name:
+            return True
+        if isinstance(node, LetTuple) and name in node.names:
+            return True
+    return False
+
+
 def _free(expr: Expr) -> set[str]:
     from sparsad.lang.syntax import free_vars
 
@@ -215,6 +242,8 @@ class Derivative(Program):
             if self.kind == "vjp":
                 all_types[self.seed_name] = out
             adjoint = reverse(expr, wrt, seed, all_types)
+            if only_iterated(expr, wrt, _order(types[wrt])):
+                return eliminate_dead_lets(inline_atoms(adjoint))  # already on wrt's pattern
             return eliminate_dead_lets(inline_atoms(mask_to_pattern(adjoint, wrt, _order(types[wrt]))))
         if mode == "tensorized":
             return gradient(expr, wrt, types)

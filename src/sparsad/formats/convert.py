@@ -126,6 +126,13 @@ def _from_scipy(matrix, format, name, label) -> StoredTensor:
         format = {"csr": CSR, "csc": CSC}.get(kind) if matrix.ndim == 2 else None
         if format is None:
             format = coo(matrix.ndim) if kind == "coo" or matrix.ndim != 2 else CSR
+    if isinstance(format, str):
+        format = resolve(format, matrix.ndim)
+    same_layout = (matrix.format == "csr" and format == CSR) or (matrix.format == "csc" and format == CSC)
+    if same_layout and matrix.has_canonical_format:
+        # the arrays are already the format's own: validate them and share them, no re-sorting
+        return from_arrays(format, matrix.shape, name, len=matrix.shape[0 if format is CSR else 1],
+                           pos=matrix.indptr, idx=matrix.indices, val=matrix.data)
     index_dtype = np.int64
     if matrix.format in ("csr", "csc", "bsr", "coo"):
         arrays = [matrix.indices] if matrix.format != "coo" else list(matrix.coords)
