@@ -193,11 +193,14 @@ def test_forward_mode_jvp(random_sparse):
         Bd = wrap(B, fwAD.make_dual(B.values.detach(), dB))
         w = fwAD.unpack_dual(Ad @ fwAD.make_dual(x, dx)).tangent
         C = fwAD.unpack_dual((Ad @ Bd).values).tangent
+        alpha = fwAD.make_dual(torch.tensor(0.5, dtype=f64), torch.tensor(2.0, dtype=f64))
+        S = fwAD.unpack_dual(sat.add(Ad, Ad, alpha, 1.0).values).tangent
     a, b = A.to_dense().detach(), B.to_dense().detach()
     da, db = wrap(A, dA).to_dense(), wrap(B, dB).to_dense()
     torch.testing.assert_close(w, da @ x + a @ dx)
     C_pattern = (A @ B)
     torch.testing.assert_close(wrap(C_pattern, C).to_dense(), da @ b + a @ db)
+    torch.testing.assert_close(wrap(A, S).to_dense(), 0.5 * da + 2.0 * a + da)  # d(alpha A + A)
 
 
 def test_torch_kernel_path_matches_numba(random_sparse, monkeypatch):
@@ -205,7 +208,8 @@ def test_torch_kernel_path_matches_numba(random_sparse, monkeypatch):
     X = torch.randn(6, 3, dtype=f64, requires_grad=True)
 
     def run():
-        out = (A @ X).sum() + ((A @ B).values ** 2).sum() + (A.T @ torch.ones(7, dtype=f64)).sum()
+        out = ((A @ X).sum() + ((A @ B).values ** 2).sum() + (A.T @ torch.ones(7, dtype=f64)).sum()
+               + ((B.T @ A.T).T - 0.5 * A @ B).values.square().sum())
         return [out] + list(torch.autograd.grad(out, [A.values, B.values, X]))
 
     expected = run()

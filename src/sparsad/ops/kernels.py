@@ -152,3 +152,12 @@ def spgemm_terms(a_indptr, a_indices, b_indptr, b_indices, c_indptr, c_indices, 
                 tc[t] = r
                 fill[r] = t + 1
     return ta, tb, tc, count
+
+
+@njit(cache=True, nogil=True)
+def scatter_sum(map_a, a, alpha, map_b, b, beta, out):  # pragma: no cover - compiled
+    """out = alpha A + beta B on the union pattern, given injective position maps of A and B."""
+    for k in range(map_a.shape[0]):
+        out[map_a[k]] += alpha * a[k]
+    for k in range(map_b.shape[0]):
+        out[map_b[k]] += beta * b[k]

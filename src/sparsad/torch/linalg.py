@@ -12,6 +12,8 @@ import torch
 
 from sparsad.errors import DTypeError, InputError, ShapeError, UnsupportedError
 from sparsad.ops.contract import spmm_terms
+from sparsad.ops import kernels
+from sparsad.torch import _autograd
 from sparsad.torch._autograd import contract
 from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
 
@@ -118,12 +120,58 @@ def add(A: SparseMatrix, B: SparseMatrix, alpha: Scalar = 1.0, beta: Scalar = 1.
     _same_kind(A, B)
     alpha, beta = _check_scalar(alpha, "alpha", A), _check_scalar(beta, "beta", A)
     pattern, map_a, map_b = A.pattern.union(B.pattern)
-    dev = A.device
-    ia = _index(map_a, dev, pattern, f"add_a{id(A.pattern)}")
-    ib = _index(map_b, dev, pattern, f"add_b{id(B.pattern)}")
-    values = torch.zeros(pattern.nnz, dtype=A.dtype, device=dev)
-    values = values.index_add(0, ia, alpha * A.values).index_add(0, ib, beta * B.values)
-    return SparseMatrix._wrap(pattern, values)
+    maps = _add_maps(pattern, A.pattern, B.pattern, map_a, map_b, A.device)
+    as_tensor = [s if isinstance(s, torch.Tensor) else torch.tensor(s, dtype=A.dtype, device=A.device)
+                 for s in (alpha, beta)]
+    return SparseMatrix._wrap(pattern, _Add.apply(maps, A.values, B.values, *as_tensor))
+
+
+def _add_maps(pattern, pa, pb, map_a, map_b, device) -> dict:
+    cache = pattern.__dict__.setdefault("_add_maps", {})
+    key = (id(pa), id(pb), device)
+    if key not in cache:
+        cache[key] = {"nnz": pattern.nnz, "a": map_a.astype(np.uint64), "b": map_b.astype(np.uint64),
+                      "ta": torch.tensor(map_a, dtype=torch.int64, device=device),
+                      "tb": torch.tensor(map_b, dtype=torch.int64, device=device)}
+    return cache[key]
+
+
+def _add_values(maps: dict, a, b, alpha, beta) -> torch.Tensor:
+    if a.device.type == "cpu" and not _autograd.FORCE_TORCH_KERNELS:
+        out = np.zeros(maps["nnz"], dtype=np.result_type(a.numpy(), b.numpy()))
+        kernels.scatter_sum(maps["a"], a.numpy(), float(alpha), maps["b"], b.numpy(), float(beta), out)
+        return torch.from_numpy(out)
+    out = torch.zeros(maps["nnz"], dtype=a.dtype, device=a.device)
+    return out.index_add_(0, maps["ta"], alpha * a).index_add_(0, maps["tb"], beta * b)
+
+
+class _Add(torch.autograd.Function):
+    """alpha A + beta B on the union pattern; backward by gathers, so it differentiates again."""
+
+    @staticmethod
+    def forward(ctx, maps, a, b, alpha, beta):
+        ctx.maps = maps
+        ctx.save_for_backward(a, b, alpha, beta)
+        ctx.save_for_forward(a, b, alpha, beta)
+        return _add_values(maps, a.detach(), b.detach(), alpha.detach(), beta.detach())
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b, alpha, beta = ctx.saved_tensors
+        ga, gb = g[ctx.maps["ta"]], g[ctx.maps["tb"]]
+        need = ctx.needs_input_grad
+        return (None, alpha * ga if need[1] else None, beta * gb if need[2] else None,
+                (ga * a).sum() if need[3] else None, (gb * b).sum() if need[4] else None)
+
+    @staticmethod
+    def jvp(ctx, _maps, da, db, dalpha, dbeta):
+        a, b, alpha, beta = ctx.saved_tensors
+        zero_a, zero_b = torch.zeros_like(a), torch.zeros_like(b)
+        tangent = _add_values(ctx.maps, zero_a if da is None else da, zero_b if db is None else db, alpha, beta)
+        if dalpha is not None or dbeta is not None:
+            tangent = tangent + _add_values(ctx.maps, a, b, 0.0 if dalpha is None else dalpha,
+                                            0.0 if dbeta is None else dbeta)
+        return tangent
 
 
 def scale(A: SparseMatrix, alpha: Scalar) -> SparseMatrix:
