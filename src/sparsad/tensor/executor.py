@@ -49,7 +49,8 @@ class Executor:
         self.chunks = chunks
         self.order = topological(self.nodes)
         self.variables = {n.uid: n for n in self.order if isinstance(n, Variable)}
-        if any(v.sparse for v in self.variables.values()):
+        self._sparse = any(v.sparse for v in self.variables.values())
+        if self._sparse:
             check_sparse_backend(backend)
         self._constants = {n.uid: self._constant(n) for n in self.order if isinstance(n, (Constant, Identity))}
         self._plans = {}
@@ -61,6 +62,7 @@ class Executor:
                 self._plans[node.uid] = (subs, oe.contract_expression(
                     subs, *shapes, optimize=path, memory_limit=memory_limit))
         self._needed: dict[tuple, list[Node]] = {}
+        self._jitted: dict[tuple, Any] = {}
         # Which variables each node depends on, for reuse of intermediates between runs
         # (the dimension-tree intermediates of an alternating sweep).
         self._deps: dict[int, frozenset] = {}
@@ -141,6 +143,8 @@ class Executor:
         missing = [n.name for n in schedule if isinstance(n, Variable) and n.uid not in values]
         if missing:
             raise InputError(f"Executor.run: no value fed for Variable(s) {missing}")
+        if self.backend.name == "jax" and not self.reuse:
+            return self._run_jitted(outs, schedule, values, to_numpy)
         for step, node in enumerate(schedule):
             for uid in free.get(step - 1, ()):
                 values.pop(uid, None)
@@ -171,18 +175,36 @@ class Executor:
             results = [self.backend.to_numpy(r) if not is_sparse(r) else r for r in results]
         return results
 
+    def _run_jitted(self, outs, schedule, values, to_numpy):
+        """JAX: the whole schedule is traced once per set of outputs and compiled by XLA."""
+        import jax
+
+        key = tuple(o.uid for o in outs)
+        fed = [n for n in schedule if isinstance(n, Variable)]
+        if key not in self._jitted:
+            def program(*arrays):
+                env = dict(zip((v.uid for v in fed), arrays))
+                for node in schedule:
+                    if node.uid not in env:
+                        env[node.uid] = self._eval(node, [env[c.uid] for c in node.inputs])
+                return [env[o.uid] for o in outs]
+
+            self._jitted[key] = jax.jit(program)
+        results = self._jitted[key](*[values[v.uid] for v in fed])
+        return [np.asarray(r) for r in results] if to_numpy else list(results)
+
     def _eval(self, node: Node, args: list):
         if node.uid in self._constants:
             return self._constants[node.uid]
         b = self.backend
         if isinstance(node, Einsum):
             subs, expr = self._plans[node.uid]
-            if any(is_sparse(a) for a in args):
+            if self._sparse and any(is_sparse(a) for a in args):
                 return sparse_einsum(subs, *args)
             return expr(*args, backend=b.name)
         if isinstance(node, (Add, Sub)):
             a, b = args
-            if is_sparse(a) != is_sparse(b):      # sparse + dense is dense: say so
+            if self._sparse and is_sparse(a) != is_sparse(b):      # sparse + dense is dense: say so
                 a, b = densify(a, f"{type(node).__name__} with a dense operand"), \
                     densify(b, f"{type(node).__name__} with a dense operand")
             return a + b if isinstance(node, Add) else a - b
