@@ -83,3 +83,10 @@ def test_gcn_example_small(data_dir):
     finally:
         torch.set_num_threads(threads)
     assert summary["dataset"] == "cora" and summary["test_mean"] > 0.6  # chance is ~0.3
+
+
+def test_demo_trains():
+    from sparsad.torch import demo
+
+    result = demo.main(n=12, epochs=40)
+    assert result["gradcheck"] and result["history"][-1] < result["history"][0]
