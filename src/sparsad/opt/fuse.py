@@ -42,22 +42,33 @@ def _strip_unique(e: Expr) -> Expr:
     return e.operand if isinstance(e, Unique) else e
 
 
-def _unique_singleton_leaf(body: Expr):
-    """The {unique(f) -> g} at the end of lets and else-less ifs, with a rebuilder for the wrapper."""
+def singleton_leaf(body: Expr, unique: bool):
+    """(f, g, wrap) for the singleton { f -> g } that a generator body ends in, below lets and
+    else-less ifs (and, when `unique` is False, nested sums), with `wrap` rebuilding the layers
+    around a new innermost expression. With `unique`, the key must be marked unique."""
     match body:
-        case Singleton(key=Unique() as key, value=value):
-            return key.operand, value, lambda inner: inner
+        case Singleton(key=key, value=value) if isinstance(key, Unique) or not unique:
+            return _strip_unique(key), value, lambda inner: inner
         case Let(name=n, value=v, body=b):
-            found = _unique_singleton_leaf(b)
-            if found:
-                f, g, wrap = found
-                return f, g, lambda inner, n=n, v=v, wrap=wrap: Let(n, v, wrap(inner))
+            layer = lambda inner, n=n, v=v: Let(n, v, inner)  # noqa: E731
+            inner_body = b
         case If(cond=c, then=t, orelse=None):
-            found = _unique_singleton_leaf(t)
-            if found:
-                f, g, wrap = found
-                return f, g, lambda inner, c=c, wrap=wrap: If(c, wrap(inner))
-    return None
+            layer = lambda inner, c=c: If(c, inner)  # noqa: E731
+            inner_body = t
+        case Sum(key=k, val=v, source=src, body=b) if not unique:
+            layer = lambda inner, k=k, v=v, src=src: Sum(k, v, src, inner)  # noqa: E731
+            inner_body = b
+        case _:
+            return None
+    found = singleton_leaf(inner_body, unique)
+    if not found:
+        return None
+    f, g, wrap = found
+    return f, g, lambda inner: layer(wrap(inner))
+
+
+def _unique_singleton_leaf(body: Expr):
+    return singleton_leaf(body, unique=True)
 
 
 def _vertical_fusion(e, _):
@@ -74,30 +85,6 @@ def _vertical_fusion(e, _):
     if e.key != "_":
         body = Let(e.key, f, body)
     return Sum(inner.key, inner.val, inner.source, wrap(body))
-
-
-def _singleton_leaf(body: Expr):
-    """Like _unique_singleton_leaf, for any singleton key (repeated keys merge by +), also below
-    nested sums."""
-    match body:
-        case Singleton(key=key, value=value):
-            return _strip_unique(key), value, lambda inner: inner
-        case Sum(key=k, val=v, source=src, body=b):
-            found = _singleton_leaf(b)
-            if found:
-                f, g, wrap = found
-                return f, g, lambda inner, k=k, v=v, src=src, wrap=wrap: Sum(k, v, src, wrap(inner))
-        case Let(name=n, value=v, body=b):
-            found = _singleton_leaf(b)
-            if found:
-                f, g, wrap = found
-                return f, g, lambda inner, n=n, v=v, wrap=wrap: Let(n, v, wrap(inner))
-        case If(cond=c, then=t, orelse=None):
-            found = _singleton_leaf(t)
-            if found:
-                f, g, wrap = found
-                return f, g, lambda inner, c=c, wrap=wrap: If(c, wrap(inner))
-    return None
 
 
 def is_linear(body: Expr, name: str) -> bool:
@@ -149,7 +136,7 @@ def _linear_vertical_fusion(e, _):
     when b is linear in v: entries that share a key add up either way."""
     if not (isinstance(e, Sum) and isinstance(e.source, Sum) and e.val != "_"):
         return None
-    found = _singleton_leaf(e.source.body)
+    found = singleton_leaf(e.source.body, unique=False)
     if not found or not is_linear(e.body, e.val):
         return None
     f, g, wrap = found
