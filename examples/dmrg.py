@@ -1,10 +1,11 @@
 """Two-site DMRG for a random symmetric MPO with graph HVPs (AutoHOOT §6, Figs. 6 and 7g).
 
-The local energy E(theta) = <theta| H_eff |theta> is an einsum of the left environment, two MPO
-tensors, the right environment and theta twice. Its Hessian is 2 H_eff, so the eigensolver's
-matrix-vector product is hvp(E, theta, v) / 2, optimized once per shape (contraction path, CSE)
-and handed to scipy.sparse.linalg.eigsh. Small local problems use the explicit Hessian graph and
-a dense eigh instead. The energy is checked against exact diagonalization at a small size.
+The local energy <bra| H_eff |ket> is an einsum of the left environment, two MPO tensors, the
+right environment, bra and ket. Its mixed Hessian block d^2/(d bra d ket) is H_eff, so the
+eigensolver's matrix-vector product is the HVP with direction (0, v), optimized once per shape
+(the zero direction is pruned, the contraction path chosen) and handed to
+scipy.sparse.linalg.eigsh. Small local problems use the explicit Hessian of
+E(theta) = <theta| H_eff |theta> (which is 2 H_eff) and a dense eigh instead. The energy is checked against exact diagonalization at a small size.
 
 Run: python examples/dmrg.py
 """
@@ -48,8 +49,12 @@ def _local_graphs(shape_l, shape_w1, shape_w2, shape_r):
     W1, W2 = T.Variable("W1", shape_w1), T.Variable("W2", shape_w2)
     theta_shape = (shape_l[0], shape_w1[2], shape_w2[2], shape_r[0])
     theta, v = T.Variable("theta", theta_shape), T.Variable("v", theta_shape)
+    bra, ket = T.Variable("bra", theta_shape), T.Variable("ket", theta_shape)
+    # <bra| H_eff |ket>: its Hessian block d^2/(d bra d ket) is H_eff itself, so the HVP with
+    # direction (0, v) gives H_eff v as one contraction (the zero direction is pruned away).
+    pairing = T.einsum("awc,wxst,xyuv,byd,asub,ctvd->", L, W1, W2, R, bra, ket)
+    matvec = T.optimize(T.hvp(pairing, [bra, ket], [T.zeros(theta_shape), v])[0])
     energy = T.einsum("awc,wxst,xyuv,byd,asub,ctvd->", L, W1, W2, R, theta, theta)
-    matvec = T.optimize(0.5 * T.hvp(energy, [theta], [v])[0])
     size = int(np.prod(theta_shape))
     hess = None
     if size <= DENSE_LIMIT:
