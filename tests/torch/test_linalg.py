@@ -161,7 +161,9 @@ def test_gradchecks_on_suitesparse_spd(name, suitesparse):
     X = torch.randn(n, 2, dtype=f64, generator=gen, requires_grad=True)
     torch.testing.assert_close(A @ x, torch.as_tensor(matrix / abs(matrix).max() @ x.detach().numpy()))
     for k, op in enumerate((lambda A, x, X: A @ x, lambda A, x, X: A @ X, lambda A, x, X: (A @ A).values,
-                            lambda A, x, X: (A - 0.5 * A.T).values)):
+                            lambda A, x, X: (A - 0.5 * A.T).values,
+                            lambda A, x, X: sat.spmv(A.T, x, 2.0, -1.0, x) + sat.diagonal(A) + sat.row_sum(A),
+                            lambda A, x, X: sat.gcn_norm(A.with_values(A.values ** 2)).values)):
         assert sat.gradcheck(op, [A, x, X], fast_mode=n > 100 or k > 0)
         assert sat.gradgradcheck(op, [A, x, X], fast_mode=True)
 

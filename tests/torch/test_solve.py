@@ -189,3 +189,15 @@ def test_solve_forward_mode():
             Ad = SparseMatrix._wrap(A.pattern, fwAD.make_dual(A.values.detach(), dA))
             tangent = fwAD.unpack_dual(solve(Ad, fwAD.make_dual(b, db))).tangent
         torch.testing.assert_close(tangent, expected)
+
+
+def test_solve_gradgradchecks_on_bcsstk01(suitesparse):
+    matrix = suitesparse("HB/bcsstk01")
+    matrix = (matrix / abs(matrix).max() + sp.eye(matrix.shape[0])).tocsr()  # SPD, well conditioned
+    A = SparseMatrix.from_scipy(matrix, requires_grad=True)
+    L = SparseMatrix.from_scipy(sp.tril(matrix).tocsr(), requires_grad=True)
+    b = torch.randn(matrix.shape[0], dtype=f64, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    for op, M in [(sat.spsolve, A), (lambda A, b: sat.cg(A, b, tol=1e-13), A),
+                  (lambda L, b: sat.triangular_solve(L, b, transpose=True), L)]:
+        assert sat.gradcheck(op, [M, b], fast_mode=True)
+        assert sat.gradgradcheck(op, [M, b], fast_mode=True)
