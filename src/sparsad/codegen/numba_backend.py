@@ -283,6 +283,7 @@ class Kernel:
         self.shape = shape
         self.source = generate_source(loops, plan)
         self._function = None
+        self._capacity_hint = 0
         static = type_extents(loops.result_type)
         self._static_extents = [shape[d] if shape is not None else static[d]
                                 for d in range(loops.depth)]
@@ -341,12 +342,19 @@ class Kernel:
         extents = self._extents(prepared, memo)
         self._check_output(prepared, memo, extents)
         dtype = self._dtype(prepared)
-        capacity = max(16, sum(int(v.shape[0]) for n, v in prepared.items()
-                               if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
-        out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity)
+        # first guess: the stored values of the inputs; then what the last call needed
+        capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
+                                                    if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
         args = [prepared[n] for n in loops.params] + [sizes[c.name] for c in self._workspaces]
         try:
-            raw = self.function(*args, *out_args)
+            while True:
+                out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity)
+                raw = self.function(*args, *out_args)
+                if not O.overflowed(plan, raw):
+                    break
+                capacity *= 4  # the append buffers were full: rerun with more room
+            if plan.kind in ("coo", "workspace"):
+                self._capacity_hint = max(self._capacity_hint, int(raw[0]))
         except IndexError as error:
             raise FormatError(f"{error}; the output extents are {extents} (pass shape=... or fix "
                               f"the index arrays)") from None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sparsad.codegen.loops import OUTPUT, Accumulate, For, LoopProgram, Stmt, accumulates
-from sparsad.errors import InputError, UnsupportedError
+from sparsad.errors import FormatError, InputError, UnsupportedError
 
 OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace")
 DENSE_AUTO_LIMIT = 1 << 20
@@ -170,9 +170,10 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
             "(" + ", ".join(f"np.int64({k})" for k in keys) + ")"
         return [f"_key = {key}", f"out[_key] = out.get(_key, {zero}) + {value}"]
     if kind == "coo":
-        buffers = [f"out_k{d}" for d in range(len(keys))] + ["out_v"]
-        lines = ["if out_n == out_v.shape[0]:"]
-        lines += [f"    {b} = rt.grow({b})" for b in buffers]
+        # out of room: give up and let the caller rerun with bigger buffers (kernels are
+        # pure, so a rerun is safe); growing in place would cost reference counting in the
+        # hot loop, and a good first capacity makes reruns rare
+        lines = ["if out_n == out_v.shape[0]:", f"    return {_overflow(plan, len(keys))}"]
         lines += [f"out_k{d}[out_n] = {k}" for d, k in enumerate(keys)]
         lines += [f"out_v[out_n] = {value}", "out_n += 1"]
         return lines
@@ -191,10 +192,9 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
 def row_epilogue(row: str) -> list[str]:
     """Flush the row workspace at the end of row `row`: sorted columns appended to the CSR."""
     return ["if w_n > 0:",
-            "    w_keys[:w_n].sort()",
-            "    while out_n + w_n > out_idx.shape[0]:",
-            "        out_idx = rt.grow(out_idx)",
-            "        out_v = rt.grow(out_v)",
+            "    if out_n + w_n > out_idx.shape[0]:",
+            f"        return {_overflow(OutputPlan('workspace'), 2)}",
+            "    rt.sort_prefix(w_keys, w_n)",
             "    for _t in range(w_n):",
             "        _c = w_keys[_t]",
             "        out_idx[out_n + _t] = _c",
@@ -204,6 +204,15 @@ def row_epilogue(row: str) -> list[str]:
             "    out_n += w_n",
             f"    row_nnz[{row}] += w_n",
             "    w_n = 0"]
+
+
+def _overflow(plan: OutputPlan, depth: int) -> str:
+    """The early return that tells the caller the append buffers are full."""
+    return output_return(plan, depth).replace("(out_n,", "(-1,", 1)
+
+
+def overflowed(plan: OutputPlan, raw) -> bool:
+    return plan.kind in ("coo", "workspace") and int(raw[0]) < 0
 
 
 def output_return(plan: OutputPlan, depth: int) -> str:
@@ -248,9 +257,25 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         values = np.asarray(raw[-1][:count])
         shape = tuple(e if e is not None else (int(k.max()) + 1 if count else 0)
                       for e, k in zip(extents, keys))
-        matrix = sp.coo_matrix((values, (keys[0], keys[1])), shape=shape)
-        matrix.sum_duplicates()
-        return matrix.asformat(plan.result_format or "csr")
+        if count and min(int(k.min()) for k in keys) < 0:
+            raise FormatError("a key of the result is negative; sparse results need keys "
+                              "0..n-1 (use output='dict' for arbitrary keys)")
+        for d, (k, n) in enumerate(zip(keys, shape)):
+            if count and int(k.max()) >= n:
+                raise FormatError(f"a key of the result's mode {d} reaches {int(k.max())} but its "
+                                  f"extent is {n}; pass the right shape")
+        if plan.result_format == "coo":
+            matrix = sp.coo_matrix((values, (keys[0], keys[1])), shape=shape)
+            matrix.sum_duplicates()
+            return matrix
+        from sparsad.codegen.runtime import coo_to_csr
+
+        transpose = plan.result_format == "csc"  # CSC is the CSR of the transpose
+        rows, cols = (keys[1], keys[0]) if transpose else (keys[0], keys[1])
+        nrows, ncols = (shape[1], shape[0]) if transpose else shape
+        indptr, indices, data = coo_to_csr(count, rows, cols, values, nrows, ncols)
+        make = sp.csc_matrix if transpose else sp.csr_matrix
+        return make((data, indices, indptr), shape=shape)
     if plan.kind == "workspace":
         count, indices, values = int(raw[0]), raw[1], raw[2]
         row_nnz = arguments[2]
@@ -277,4 +302,4 @@ def _nested(typed, depth: int, leaf: str) -> dict:
 
 __all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "choose_output", "row_loop",
            "output_params", "output_globals", "output_prologue", "output_accumulate", "row_epilogue",
-           "output_return", "output_arguments", "finish", "OUTPUT", "Accumulate", "Stmt"]
+           "output_return", "overflowed", "output_arguments", "finish", "OUTPUT", "Accumulate", "Stmt"]

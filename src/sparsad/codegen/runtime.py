@@ -19,12 +19,79 @@ def load(array, index):
     return array.dtype.type(0)
 
 
-@njit(cache=True)
-def grow(array):
-    """A copy of array with twice the room (at least 16), for append-style outputs."""
-    bigger = np.empty(max(2 * array.shape[0], 16), array.dtype)
-    bigger[:array.shape[0]] = array
-    return bigger
+@njit(**_JIT)
+def sort_prefix(keys, n):
+    """Sort keys[:n] in place: insertion sort for the short rows of sparse matrices
+    (a slice sort costs more than the sorting itself there)."""
+    if n > 32:
+        keys[:n].sort()
+        return
+    for i in range(1, n):
+        key = keys[i]
+        j = i - 1
+        while j >= 0 and keys[j] > key:
+            keys[j + 1] = keys[j]
+            j -= 1
+        keys[j + 1] = key
+
+
+@njit(**_JIT)
+def sort_pairs(keys, values, start, end):
+    """Sort keys[start:end], carrying values along (insertion sort for short rows)."""
+    if end - start > 32:
+        order = np.argsort(keys[start:end])
+        sorted_keys = keys[start:end][order]
+        sorted_values = values[start:end][order]
+        keys[start:end] = sorted_keys
+        values[start:end] = sorted_values
+        return
+    for i in range(start + 1, end):
+        key, value = keys[i], values[i]
+        j = i - 1
+        while j >= start and keys[j] > key:
+            keys[j + 1] = keys[j]
+            values[j + 1] = values[j]
+            j -= 1
+        keys[j + 1] = key
+        values[j + 1] = value
+
+
+@njit(cache=True, nogil=True)
+def coo_to_csr(count, rows, cols, values, nrows, ncols):
+    """CSR (indptr, indices, data) of the first `count` triplets, duplicates summed, columns
+    sorted: a counting sort by row, then one dense pass per row (O(count + nrows + ncols))."""
+    indptr = np.zeros(nrows + 1, np.int64)
+    for e in range(count):
+        indptr[rows[e] + 1] += 1
+    for i in range(nrows):
+        indptr[i + 1] += indptr[i]
+    fill = indptr[:-1].copy()
+    by_row_cols = np.empty(count, np.int64)
+    by_row_values = np.empty(count, values.dtype)
+    for e in range(count):
+        at = fill[rows[e]]
+        by_row_cols[at] = cols[e]
+        by_row_values[at] = values[e]
+        fill[rows[e]] += 1
+    slot = np.full(ncols, -1, np.int64)  # where column c sits in the current row's output
+    indices = np.empty(count, np.int64)
+    data = np.empty(count, values.dtype)
+    out_ptr = np.zeros(nrows + 1, np.int64)
+    n = 0
+    for i in range(nrows):
+        start = n
+        for e in range(indptr[i], indptr[i + 1]):
+            c = by_row_cols[e]
+            if slot[c] < start:
+                slot[c] = n
+                indices[n] = c
+                data[n] = by_row_values[e]
+                n += 1
+            else:
+                data[slot[c]] += by_row_values[e]
+        sort_pairs(indices, data, start, n)
+        out_ptr[i + 1] = n
+    return out_ptr, indices[:n].copy(), data[:n].copy()
 
 
 @njit(**_JIT)
