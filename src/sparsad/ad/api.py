@@ -13,6 +13,7 @@ from sparsad.ad.guess import guess_types
 from sparsad.ad.reverse import reverse
 from sparsad.errors import InputError, UnsupportedError
 from sparsad.lang import values as V
+from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.printer import to_text
 from sparsad.lang.program import Program, program as make_program, to_natural
@@ -37,15 +38,8 @@ def onehot(order: int, x: Expr) -> Expr:
     if order == 0:
         return Const(1.0)
     keys = [f"i{k + 1}" for k in range(order)]
-    rows = [f"v{k + 2}" for k in range(order - 1)] + ["_"]
-    leaf: Expr = Const(1.0)
-    for key in reversed(keys):
-        leaf = Singleton(Var(key), leaf)
-    body = leaf
-    sources = [x] + [Var(r) for r in rows[:-1]]
-    for key, row, source in reversed(list(zip(keys, rows, sources))):
-        body = Sum(key, row, source, Singleton(Var(key), body))
-    return body
+    values = [f"v{k + 2}" for k in range(order - 1)] + ["_"]
+    return over_levels(x, keys, values, lambda ks, _: singletons(ks, Const(1.0)), interleave=True)
 
 
 def gradient(expr: Expr, wrt: str, types: Mapping[str, Type]) -> Expr:
@@ -64,16 +58,10 @@ def mask_to_pattern(adjoint: Expr, x: str, order: int) -> Expr:
     if order == 0:
         return adjoint
     keys = [f"m{k + 1}" for k in range(order)]
-    rows = [f"mv{k + 1}" for k in range(order - 1)] + ["_"]
+    values = [f"mv{k + 1}" for k in range(order - 1)] + ["_"]
     whole = f"{x}_adjoint"  # computed once, then read on the pattern
-    leaf: Expr = Var(whole)
-    for key in keys:
-        leaf = Lookup(leaf, Var(key))
-    body = leaf
-    sources = [Var(x)] + [Var(r) for r in rows[:-1]]
-    for key, row, source in reversed(list(zip(keys, rows, sources))):
-        body = Sum(key, row, source, Singleton(Var(key), body))
-    return Let(whole, adjoint, body)
+    return Let(whole, adjoint, over_levels(Var(x), keys, values, lambda ks, _: lookups(Var(whole), ks),
+                                           interleave=True))
 
 
 def only_iterated(expr: Expr, name: str, order: int) -> bool:

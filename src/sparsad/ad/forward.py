@@ -10,6 +10,7 @@ from typing import Mapping
 
 from sparsad.ad.rules import derivative_of
 from sparsad.errors import UnsupportedError
+from sparsad.lang.build import over_levels, singletons
 from sparsad.lang.names import Fresh, all_names
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, LetTuple, Lookup,
                                  Neg, Not, Range, Singleton, SubArray, Sum, Unique, Var)
@@ -128,17 +129,9 @@ class _Forward:
             return Binary("*", d_left, right) if right_order == 0 else Binary("*", right, d_left)
         # sum(<i1, r2> in D[e1]) ... sum(<im, v> in rm) { i1 -> ... { im -> 1 } } * e2 * v
         keys = [self.fresh("i") for _ in range(m)]
-        rows = [self.fresh("r") for _ in range(m - 1)]
-        leaf = self.fresh("v")
-        index: Expr = Const(1.0)
-        for key in reversed(keys):
-            index = Singleton(Var(key), index)
-        body: Expr = Binary("*", Binary("*", index, right), Var(leaf))
-        sources = [d_left] + [Var(r) for r in rows]
-        binders = rows + [leaf]
-        for key, binder, source in reversed(list(zip(keys, binders, sources))):
-            body = Sum(key, binder, source, body)
-        return body
+        values = [self.fresh("r") for _ in range(m - 1)] + [self.fresh("v")]
+        return over_levels(d_left, keys, values,
+                           lambda ks, v: Binary("*", Binary("*", singletons(ks, Const(1.0)), right), v))
 
 
 def _order(t: Type) -> int:

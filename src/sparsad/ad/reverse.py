@@ -13,6 +13,7 @@ from typing import Mapping
 
 from sparsad.ad.rules import derivative_of
 from sparsad.errors import UnsupportedError
+from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.names import Fresh, all_names, rename_bound
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, Lookup, Neg, Not,
                                  Range, Singleton, SubArray, Sum, Unique, Var, free_vars)
@@ -167,23 +168,10 @@ class _Reverse:
         """Σ over b's first `depth` index levels of a(j1)...(jd) * b(j1)...(jd), iterating b's entries."""
         keys = [self.fresh("j") for _ in range(depth)]
         values = [self.fresh("b") for _ in range(depth)]
-        looked: Expr = a
-        for key in keys:
-            looked = Lookup(looked, Var(key))
-        body: Expr = Binary("*", looked, Var(values[-1]))
-        sources = [b] + [Var(v) for v in values[:-1]]
-        for key, value, source in reversed(list(zip(keys, values, sources))):
-            body = Sum(key, value, source, body)
-        return body
+        return over_levels(b, keys, values, lambda ks, v: Binary("*", lookups(a, ks), v))
 
     def map_levels(self, a: Expr, depth: int, leaf) -> Expr:
         """sum(<i1, a1> in a) ... { i1 -> ... { id -> leaf(ad) } }: apply leaf below `depth` levels."""
         keys = [self.fresh("i") for _ in range(depth)]
         values = [self.fresh("e") for _ in range(depth)]
-        body: Expr = leaf(Var(values[-1]))
-        for key in reversed(keys):
-            body = Singleton(Var(key), body)
-        sources = [a] + [Var(v) for v in values[:-1]]
-        for key, value, source in reversed(list(zip(keys, values, sources))):
-            body = Sum(key, value, source, body)
-        return body
+        return over_levels(a, keys, values, lambda ks, v: singletons(ks, leaf(v)))

@@ -97,3 +97,40 @@ def _function(name: str):
 exp, log, sin, cos, tan, tanh = (_function(n) for n in ("exp", "log", "sin", "cos", "tan", "tanh"))
 sqrt, sigmoid, relu, softplus = (_function(n) for n in ("sqrt", "sigmoid", "relu", "softplus"))
 pow_ = _function("pow")
+
+
+def singletons(keys, leaf) -> Expr:
+    """{ k1 -> { k2 -> ... leaf } }."""
+    result = as_expr(leaf)
+    for key in reversed(list(keys)):
+        result = Singleton(as_expr(key), result)
+    return result
+
+
+def lookups(tensor, keys) -> Expr:
+    """tensor(k1)(k2)...: the entry of a nested dictionary."""
+    result = as_expr(tensor)
+    for key in keys:
+        result = result(key)
+    return result
+
+
+def over_levels(source, keys: list[str], values: list[str], leaf: Callable[[list[Var], Var], Expr],
+                interleave: bool = False) -> Expr:
+    """Iterate the first len(keys) levels of `source`:
+
+        sum(<k1, v1> in source) sum(<k2, v2> in v1) ... leaf([k1, ...], v_last)
+
+    With `interleave`, each level also builds its key: sum(<k1, v1> in source) { k1 -> ... }.
+    `values[-1]` may be `_` when the leaf does not read the innermost value.
+    """
+    if len(keys) != len(values) or not keys:
+        raise ValueError("over_levels needs as many value names as key names, at least one")
+    key_vars = [Var(k) for k in keys]
+    body = as_expr(leaf(key_vars, Var(values[-1])))
+    sources = [as_expr(source)] + [Var(v) for v in values[:-1]]
+    for key, value, level_source in reversed(list(zip(keys, values, sources))):
+        if interleave:
+            body = Singleton(Var(key), body)
+        body = Sum(key, value, level_source, body)
+    return body

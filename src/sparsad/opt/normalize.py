@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 
+from sparsad.lang.build import over_levels, singletons
 from sparsad.lang.syntax import Binary, Expr, Singleton, Sum, Var
 from sparsad.lang.types import Dict, Type
 from sparsad.opt.rewrite import Rule, Scope, rewrite_fixpoint
@@ -30,13 +31,7 @@ def iterate_leaves(tensor: Expr, order: int, leaf) -> Expr:
     """sum(<i1, v2> in tensor) ... { i1 -> ... { in -> leaf(v) } }."""
     keys = [_fresh("i") for _ in range(order)]
     values = [_fresh("v") for _ in range(order)]
-    body: Expr = leaf(Var(values[-1]))
-    for key in reversed(keys):
-        body = Singleton(Var(key), body)
-    sources = [tensor] + [Var(v) for v in values[:-1]]
-    for key, value, source in reversed(list(zip(keys, values, sources))):
-        body = Sum(key, value, source, body)
-    return body
+    return over_levels(tensor, keys, values, lambda ks, v: singletons(ks, leaf(v)))
 
 
 def _normalize_product(e: Expr, scope: Scope):
