@@ -153,3 +153,53 @@ def test_lowering_of_spmv_accumulates_the_row_in_a_local():
     assert loops.depth == 1 and loops.leaf == "real" and not loops.containers
     kernel = compile_physical(SPMV, types)
     assert "acc_" in kernel.source and kernel.source.count("out[") == 1
+
+
+def test_append_buffers_rerun_when_full_and_remember_the_size():
+    # every pair of entries of a row gives a triplet: far more than the stored values
+    program = parse("sum(<_, i> in (0:A_len)) let r = sum(<p, j> in A_idx(A_pos(i):A_pos(i + 1))) "
+                    "{ j -> A_val(p) } in sum(<i1, v1> in r) { i1 -> sum(<i2, v2> in r) "
+                    "{ i2 -> v1 * v2 } }")
+    types = {"A_len": INT, "A_pos": INTS, "A_idx": Dict(Int(dense=True), Int(extent=40)),
+             "A_val": REALS}
+    kernel = compile_physical(program, types, output="csc")
+    dense = np.random.default_rng(0).standard_normal((3, 40))
+    import scipy.sparse as sp
+
+    a = sp.csr_matrix(dense)
+    inputs = {"A_len": 3, "A_pos": a.indptr, "A_idx": a.indices, "A_val": a.data}
+    first = kernel(**inputs)
+    assert kernel._capacity_hint == 3 * 40 * 40
+    np.testing.assert_allclose(first.toarray(), dense.T @ dense, rtol=1e-12, atol=1e-12)
+    assert first.format == "csc" and first.has_sorted_indices
+    np.testing.assert_allclose(kernel(**inputs).toarray(), first.toarray())
+
+
+def test_numba_csr_assembly_matches_scipy():
+    import scipy.sparse as sp
+    from hypothesis import given, settings, strategies as st
+
+    from sparsad.codegen.runtime import coo_to_csr
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(1, 8), st.integers(1, 50), st.integers(0, 200), st.integers(0, 999))
+    def check(n, m, count, seed):
+        rng = np.random.default_rng(seed)
+        rows, cols = rng.integers(0, n, count), rng.integers(0, m, count)
+        values = rng.standard_normal(count)
+        indptr, indices, data = coo_to_csr(count, rows, cols, values, n, m)
+        ours = sp.csr_matrix((data, indices, indptr), shape=(n, m))
+        assert ours.has_sorted_indices and ours.nnz == len({(r, c) for r, c in zip(rows, cols)})
+        reference = sp.coo_matrix((values, (rows, cols)), shape=(n, m)).toarray()
+        np.testing.assert_allclose(ours.toarray(), reference, rtol=1e-12, atol=1e-12)
+
+    check()
+
+
+def test_empty_inputs(spmv):
+    empty = {"A_len": 0, "A_pos": np.zeros(1, np.int32), "A_idx": np.zeros(0, np.int32),
+             "A_val": np.zeros(0), "x_len": 0, "x_V": np.zeros(0)}
+    assert spmv(**empty).shape == (0,)
+    rows = {**csr_inputs(), "A_pos": np.zeros(4, np.int32), "A_idx": np.zeros(0, np.int32),
+            "A_val": np.zeros(0)}
+    np.testing.assert_array_equal(spmv(**rows), np.zeros(3))
