@@ -10,7 +10,6 @@ Run: python -m bench.autohoot            (full sizes)
 """
 from __future__ import annotations
 
-import string
 import sys
 import time
 from math import prod
