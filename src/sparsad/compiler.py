@@ -20,7 +20,7 @@ from sparsad.lang.printer import to_text
 from sparsad.lang.program import Program, program as make_program, to_natural
 from sparsad.lang.syntax import Expr
 from sparsad.lang.typecheck import infer, value_type
-from sparsad.lang.types import Dict, Type, extents, type_to_text
+from sparsad.lang.types import Dict, extents
 from sparsad.opt.pipeline import OPTIONAL_PASSES, optimize
 from sparsad.opt.storage import physical_inputs
 

@@ -10,7 +10,7 @@ from sparsad.lang.names import alpha_equal
 from sparsad.lang.parse import parse
 from sparsad.lang.printer import to_text
 from sparsad.lang.syntax import Var
-from sparsad.lang.types import REAL, tensor
+from sparsad.lang.types import tensor
 from sparsad.opt.anf import to_anf
 
 

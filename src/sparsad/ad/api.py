@@ -17,9 +17,9 @@ from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.printer import to_text
 from sparsad.lang.program import Program, program as make_program, to_natural
-from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Lookup, Singleton, Sum, Var
+from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var
 from sparsad.lang.typecheck import infer, value_type
-from sparsad.lang.types import REAL, Dict, Real, Type, Zero, tensor_order, type_to_text
+from sparsad.lang.types import Dict, Real, Type, Zero, tensor_order, type_to_text
 from sparsad.opt.dce import eliminate_dead_lets
 from sparsad.opt.inline import inline_atoms
 

@@ -1,7 +1,7 @@
 """Names: all names a tree uses, fresh names that avoid them, and alpha-equivalence."""
 from __future__ import annotations
 
-from sparsad.lang.syntax import Expr, Let, LetTuple, Sum, Var, children, walk
+from sparsad.lang.syntax import Expr, Let, LetTuple, Sum, Var, walk
 
 
 def all_names(expr: Expr) -> set[str]:

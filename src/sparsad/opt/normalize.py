@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 from sparsad.lang.build import over_levels, singletons
-from sparsad.lang.syntax import Binary, Expr, Singleton, Sum, Var
+from sparsad.lang.syntax import Binary, Expr, Singleton, Sum
 from sparsad.lang.types import Dict, Type
 from sparsad.opt.rewrite import Rule, Scope, rewrite_fixpoint
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from sparsad.lang.rebuild import substitute
-from sparsad.lang.syntax import (Binary, Call, EmptyDict, Expr, If, Let, Lookup, Neg, Singleton, Sum,
+from sparsad.lang.syntax import (Binary, EmptyDict, Expr, If, Let, Lookup, Neg, Singleton, Sum,
                                  Unique)
 from sparsad.lang.types import Type
 from sparsad.opt.rewrite import Rule, rewrite_fixpoint
