@@ -203,3 +203,12 @@ def test_empty_inputs(spmv):
     rows = {**csr_inputs(), "A_pos": np.zeros(4, np.int32), "A_idx": np.zeros(0, np.int32),
             "A_val": np.zeros(0)}
     np.testing.assert_array_equal(spmv(**rows), np.zeros(3))
+
+
+def test_unused_inputs_are_not_parameters_and_validate_false_runs_the_same(spmv):
+    types = {**spmv.input_types, "M": Dict(INT, Dict(INT, REAL)), "unused": REALS}
+    kernel = compile_physical(SPMV, types)
+    assert "M" not in kernel.loops.params and "unused" not in kernel.source
+    inputs = csr_inputs()
+    np.testing.assert_array_equal(kernel(**inputs, unused=np.ones(2)), spmv(**inputs))
+    np.testing.assert_array_equal(kernel.run(inputs, validate=False), spmv(**inputs))

@@ -32,7 +32,8 @@ from sparsad.errors import UnsupportedError
 from sparsad.lang.names import desugar_let_tuples
 from sparsad.lang.printer import to_text
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, Lookup, Neg, Not,
-                                 Range, Singleton, SubArray, Sum, Unique, Var, walk)
+                                 Range, Singleton, SubArray, Sum, Unique, Var, free_vars,
+                                 walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
 
@@ -740,7 +741,12 @@ class _Lowerer:
 
 
 def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
-    """The loop program of a physical program whose inputs are ints, reals and 1-D arrays."""
+    """The loop program of a physical program whose inputs are ints, reals and 1-D arrays.
+
+    Inputs the program does not use are left out of the kernel's parameters (whatever their
+    type), so callers may pass every input they have."""
+    used = free_vars(expr)
+    input_types = {n: t for n, t in input_types.items() if n in used}
     for name, t in input_types.items():
         if not name.isidentifier():
             raise UnsupportedError(f"input name {name!r} is not an identifier; rename it")
