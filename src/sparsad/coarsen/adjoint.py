@@ -37,7 +37,7 @@ def _numel(shape) -> int:
 
 
 def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
-                  simplify_budget_s: float = 2.0) -> AdjointProgram:
+                  simplify_budget_s: float = 0.5) -> AdjointProgram:
     """Gradient program of the outputs (with seed cotangents) with respect to inputs ``wrt``."""
     shapes = dict(elev.shapes)
     segments: list[Segment] = list(elev.segments)

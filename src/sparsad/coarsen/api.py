@@ -21,7 +21,7 @@ def _backend(args) -> str:
 class Coarsened:
     """A function whose derivatives come from coarsening (see ``symbolic``)."""
 
-    def __init__(self, fn: Callable, max_segment: int = 60, closed_forms: bool = True, verify: bool = True):
+    def __init__(self, fn: Callable, max_segment: int = 30, closed_forms: bool = True, verify: bool = True):
         self.fn = fn
         self.max_segment = max_segment
         self.closed_forms = closed_forms
@@ -62,7 +62,7 @@ class Coarsened:
         return torch_splice.apply(self, plan, args)
 
 
-def symbolic(fn: Callable | None = None, *, max_segment: int = 60, closed_forms: bool = True,
+def symbolic(fn: Callable | None = None, *, max_segment: int = 30, closed_forms: bool = True,
              verify: bool = True):
     """Decorator: ``.backward()`` / ``jax.grad`` of ``fn`` use its generated symbolic adjoint.
 
@@ -78,7 +78,7 @@ def _inner(fn) -> Coarsened:
     return fn if isinstance(fn, Coarsened) else Coarsened(fn)
 
 
-def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 60) -> Callable:
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 30) -> Callable:
     """Gradient function of a scalar-valued ``fn``; the primal runs only to record control flow.
 
     Straight-line functions skip the primal entirely (§3); functions with traced loops or

@@ -89,7 +89,7 @@ _BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a
 
 
 class Elevator:
-    def __init__(self, graph: ssa.Graph, record: Record | None, max_segment: int = 60,
+    def __init__(self, graph: ssa.Graph, record: Record | None, max_segment: int = 30,
                  closed_forms: bool = True, symbolic_trips: bool = True):
         self.graph, self.record = graph, record
         self.limit = max_segment
@@ -265,7 +265,9 @@ class Elevator:
             position = where + node.offset
             if not -node.base.shape[0] <= position < node.base.shape[0]:
                 raise CoarsenUnsupported(f"index {position} out of range for length {node.base.shape[0]}")
-            return self.view(base, position, ())
+            return self.view(base, position, node.shape)
+        if node.shape != ():
+            raise NoClosedForm("loop-indexed rows of a matrix are not vectorised")
         _counter, elements = where
         for elem, (b, off) in elements.items():
             if b == base and off == node.offset:
@@ -416,6 +418,6 @@ def split_reductions(segments: list[Segment], outputs: list[sp.Expr], elev: Elev
     return result, outputs
 
 
-def elevate(graph: ssa.Graph, record: Record | None, max_segment: int = 60, closed_forms: bool = True) -> Elevation:
+def elevate(graph: ssa.Graph, record: Record | None, max_segment: int = 30, closed_forms: bool = True) -> Elevation:
     """SSA graph → SymPy segments (see the module docstring)."""
     return Elevator(graph, record, max_segment, closed_forms).run()

@@ -247,9 +247,9 @@ class Tracer:
                 return DYNAMIC
             return base[key]
         if isinstance(key, _IndexVar):
-            if len(base.shape) != 1:
-                raise CoarsenUnsupported(f"line {node.lineno}: loop-indexed access to a {len(base.shape)}-d tensor")
-            return ssa.Index((), base, key.site, key.offset)
+            if len(base.shape) < 1:
+                raise CoarsenUnsupported(f"line {node.lineno}: indexing a scalar")
+            return ssa.Index(base.shape[1:], base, key.site, key.offset)
         if key is DYNAMIC or isinstance(key, ssa.Node):
             raise CoarsenUnsupported(f"line {node.lineno}: indexing with a value unknown when tracing")
         try:
@@ -377,6 +377,29 @@ class Tracer:
         raise CoarsenUnsupported(f"line {node.lineno}: expression statements (side effects) are not supported")
 
     def st_Pass(self, node, env):
+        return env
+
+    def st_Import(self, node, env):
+        import importlib
+
+        env = dict(env)
+        for alias in node.names:
+            module = importlib.import_module(alias.name)
+            if alias.asname:
+                env[alias.asname] = module
+            else:
+                env[alias.name.split(".")[0]] = importlib.import_module(alias.name.split(".")[0])
+        return env
+
+    def st_ImportFrom(self, node, env):
+        import importlib
+
+        if node.level:
+            raise CoarsenUnsupported(f"line {node.lineno}: relative import inside a traced function")
+        env = dict(env)
+        module = importlib.import_module(node.module)
+        for alias in node.names:
+            env[alias.asname or alias.name] = getattr(module, alias.name)
         return env
 
     def st_Assign(self, node, env):
