@@ -122,13 +122,13 @@ def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndar
     channels = u.shape[1] if out == terms.scalar else v.shape[1]
     work = terms.n_terms * channels
     if out == terms.scalar:
-        result = np.zeros(terms.sizes[out], dtype=dtype)
+        result = np.empty(terms.sizes[out], dtype=dtype)
         if plan.kind == "single":
             _pick(kernels.masked_dot, work)(plan.iu, plan.iv, u, v, result)
         else:
             _pick(kernels.dot_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
         return result
-    result = np.zeros((terms.sizes[out], v.shape[1]), dtype=dtype)
+    result = np.empty((terms.sizes[out], v.shape[1]), dtype=dtype)
     if plan.kind == "csr":
         _pick(kernels.csr_scale, work)(plan.seg, plan.iv, u, v, result)
     else:

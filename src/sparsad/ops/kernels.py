@@ -1,6 +1,7 @@
 """Numba kernels (CPU, parallel over output rows where it pays). Inputs are trusted: validate first.
 
-Two scatter kernels cover every bilinear sparse product and all of their derivatives:
+Two scatter kernels cover every bilinear sparse product and all of their derivatives
+(each writes every output entry, so `out` may be uninitialised):
 `scale_scatter` (out[r, :] = sum_t u[iu[t]] * v[iv[t], :]) and `dot_scatter`
 (out[r] = sum_t u[iu[t], :] . v[iv[t], :]), each over a term list grouped by output (`seg`).
 """
@@ -28,11 +29,13 @@ def scale_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
     channels = v.shape[1]
     for r in prange(seg.shape[0] - 1):
         if channels == 1:
-            acc = out[r, 0]
+            acc = 0.0
             for t in range(seg[r], seg[r + 1]):
                 acc += u[iu[t]] * v[iv[t], 0]
             out[r, 0] = acc
         else:
+            for c in range(channels):
+                out[r, c] = 0.0
             for t in range(seg[r], seg[r + 1]):
                 s = u[iu[t]]
                 j = iv[t]
@@ -46,11 +49,13 @@ def csr_scale(indptr, indices, data, v, out):  # pragma: no cover - compiled
     channels = v.shape[1]
     for r in prange(indptr.shape[0] - 1):
         if channels == 1:
-            acc = out[r, 0]
+            acc = 0.0
             for t in range(indptr[r], indptr[r + 1]):
                 acc += data[t] * v[indices[t], 0]
             out[r, 0] = acc
         else:
+            for c in range(channels):
+                out[r, c] = 0.0
             for t in range(indptr[r], indptr[r + 1]):
                 s = data[t]
                 j = indices[t]
@@ -62,7 +67,7 @@ def csr_scale(indptr, indices, data, v, out):  # pragma: no cover - compiled
 def dot_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
     channels = u.shape[1]
     for r in prange(seg.shape[0] - 1):
-        acc = out[r]
+        acc = 0.0
         for t in range(seg[r], seg[r + 1]):
             i = iu[t]
             j = iv[t]
