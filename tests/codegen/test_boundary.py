@@ -101,8 +101,10 @@ def test_input_errors(spmv):
 @pytest.mark.parametrize("text, types, match", [
     ("sum(<i, r> in M) r", {"M": Dict(INT, Dict(INT, REAL))}, "1-D arrays"),
     ("{}", {}, "nothing to compile"),
-    ("let d = sum(<_, i> in (0:n)) { i -> { i -> 1.0 } } in sum(<k, r> in d) r", {"n": INT},
-     "intermediate"),
+    ("let d = sum(<_, i> in (0:n)) { i -> { i -> { i -> 1.0 } } } in sum(<k, r> in d) r",
+     {"n": INT}, "intermediate"),
+    ("let d = sum(<_, i> in (0:n)) { i -> { i -> 1.0 } } in sum(<_, i> in (0:n)) d(i)",
+     {"n": INT}, "lookup that yields a dictionary"),
 ])
 def test_unsupported_programs_name_the_construct(text, types, match):
     with pytest.raises(UnsupportedError, match=match):

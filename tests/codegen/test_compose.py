@@ -2,9 +2,9 @@
 
 `let A = <physical definition> in <logical program>` lowers directly for formats whose keys are
 unique (dense, CSR, DCSR, dense row-major, dense and COO vectors): iterating the definition
-fuses its loops into the consumer. COO matrices and CSC repeat the row key, which needs a
-nested intermediate; for them the fused physical forms are written by hand, as the optimizer
-would produce them.
+fuses its loops into the consumer. COO matrices and CSC repeat the row key, so their
+definition is built once as a hash map of rows; the fused physical forms the optimizer should
+produce for them are also written by hand and compiled.
 """
 from __future__ import annotations
 
@@ -79,12 +79,36 @@ def test_lookup_into_a_definition_materializes_it_once(make_physical, make_csr):
     assert [c.kind for c in kernel.loops.containers] == ["workspace"]  # x, built once
 
 
+@pytest.mark.parametrize("kernel", ["batax", "spmv"])
 @pytest.mark.parametrize("matrix_format", ["coo", "csc"])
-def test_repeated_row_keys_need_the_optimizer(make_physical, make_csr, matrix_format):
-    types, _, stored = make_physical({"A": (make_csr(4, 4, 0.5, 0), matrix_format),
-                                      "x": (np.ones(4), "dense")})
-    with pytest.raises(UnsupportedError, match="intermediate"):
-        compile_physical(compose(stored, LOGICAL["spmv"]), types)
+@settings(max_examples=6, deadline=None)
+@given(shape=st.tuples(st.integers(1, 9), st.integers(1, 9), st.floats(0.0, 1.0), st.integers(0, 999)))
+def test_repeated_row_keys_build_a_hash_of_rows(make_physical, make_csr, kernel, matrix_format, shape):
+    """COO and CSC definitions repeat the row key, so A is built once as a hash map of rows
+    (correct but slower than the fused forms the optimizer should produce)."""
+    rows, cols, density, seed = shape
+    a = make_csr(rows, cols, density, seed)
+    x = np.random.default_rng(seed).standard_normal(cols)
+    types, arrays, stored = make_physical({"A": (a, matrix_format), "x": (x, "dense")},
+                                          {"beta": 2.0})
+    compiled = compile_physical(compose(stored, LOGICAL[kernel]), types)
+    assert [c.depth for c in compiled.loops.containers if c.kind == "hash"] == [2]
+    result = compiled(**arrays)
+    expected = a @ x if kernel == "spmv" else 2.0 * (a.T @ (a @ x))
+    if kernel == "spmv":
+        assert values_equal(result, evaluate(parse(LOGICAL[kernel]), {"A": a, "x": x}), 1e-12, 1e-12)
+    dense = np.zeros(rows if kernel == "spmv" else cols)
+    dense[: len(result)] = result
+    np.testing.assert_allclose(dense, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_deeper_intermediates_are_unsupported(make_physical, make_csr):
+    program = parse("let T = sum(<_, i> in (0:n)) { i -> { i -> { i -> 1.0 } } } in "
+                    "sum(<i, m> in T) sum(<j, r> in m) sum(<k, v> in r) v")
+    from sparsad.lang.types import INT
+
+    with pytest.raises(UnsupportedError, match="deeper than two levels"):
+        compile_physical(program, {"n": INT})
 
 
 # hand-fused physical forms for the formats whose definitions repeat the row key

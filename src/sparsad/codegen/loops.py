@@ -167,11 +167,13 @@ class Fill(Stmt):
 
 @dataclass(frozen=True)
 class Container:
-    """A local `{int -> scalar}`: 'workspace' (dense array sized by key_iv) or 'hash'."""
+    """A local dictionary: 'workspace' (dense array sized by key_iv), 'hash' (typed dict; of
+    typed-dict rows when depth is 2) or 'row' (a row of a depth-2 hash, bound by a loop)."""
     name: str
     kind: str
     key_iv: B.IV | None
     leaf: str  # "real" or "int"
+    depth: int = 1
 
 
 OUTPUT = "out"
@@ -306,6 +308,7 @@ class _Lowerer:
         self.counter = 0
         self.containers: dict[str, Container] = {}
         self.container_ivs: dict[str, B.IV | None] = {}
+        self.row_ivs: dict[str, B.IV | None] = {}
         self.checks: list[B.Check] = []
         self.out_ivs: list[list[B.IV | None]] = []
 
@@ -487,32 +490,38 @@ class _Lowerer:
         return pre, env2, tenv2
 
     def materialize(self, hint: str, value: Expr, env: dict, tenv: dict) -> tuple[list, str]:
-        """Fill a local container with a `{int -> scalar}` value; returns (statements, name)."""
+        """Fill a local container with a `{int -> num}` or `{int -> {int -> num}}` value.
+
+        Vectors become a dense workspace when their keys have a known range, else a hash
+        map; nested values (e.g. a COO matrix's definition, whose row keys repeat) become a
+        hash map of hash-map rows. Returns (statements, name)."""
         value_type = self.typeof(value, tenv)
-        if _depth(value_type) != 1 or _leaf_of(value_type) not in ("real", "int"):
-            raise _unsupported("an intermediate dictionary that is nested or not numeric "
-                               "(only {int -> real|int} intermediates are built)", value)
+        depth = _depth(value_type)
+        if depth not in (1, 2) or _leaf_of(value_type) not in ("real", "int"):
+            raise _unsupported("an intermediate dictionary deeper than two levels or not numeric "
+                               "(only {int -> num} and {int -> {int -> num}} intermediates are built)",
+                               value)
         name = self.fresh(hint)
-        self.container_ivs[name] = B.IConst(0)  # placeholder until the writes are known
-        first = [True]
+        level_ivs: list[list] = [[] for _ in range(depth)]
 
         def into_container(keys, v):
-            (key, key_iv), = keys
-            if first[0]:
-                self.container_ivs[name] = key_iv
-                first[0] = False
-            else:
-                self.container_ivs[name] = B.join(self.container_ivs[name], key_iv)
-            return [Accumulate(name, (key,), v, (key_iv,))]
+            for level, (_, iv) in enumerate(keys):
+                level_ivs[level].append(iv)
+            return [Accumulate(name, tuple(k for k, _ in keys), v, tuple(iv for _, iv in keys))]
 
         body = self.emit(value, (), None, into_container, env, tenv)
-        key_iv = None if first[0] else self.container_ivs[name]
-        kind = "workspace" if key_iv is not None else "hash"
-        if first[0]:
-            kind = "hash"  # never written: an empty map costs nothing
-        self.containers[name] = Container(name, kind, key_iv, _leaf_of(value_type))
+        hulls = []
+        for ivs in level_ivs:
+            hull = ivs[0] if ivs else None
+            for iv in ivs[1:]:
+                hull = B.join(hull, iv)
+            hulls.append(hull)
+        self.container_ivs[name] = hulls[0]
+        self.row_ivs[name] = hulls[1] if depth == 2 else None
+        kind = "workspace" if depth == 1 and hulls[0] is not None else "hash"
+        self.containers[name] = Container(name, kind, hulls[0], _leaf_of(value_type), depth)
         if kind == "workspace":
-            self.check(key_iv, name, "writes the intermediate")
+            self.check(hulls[0], name, "writes the intermediate")
         return [Fill(name), *body], name
 
     # -- loops ---------------------------------------------------------------------------
@@ -640,7 +649,12 @@ class _Lowerer:
         env2 = dict(env)
         if k != "_":
             env2[k] = _Scalar(Ref(key), self.container_ivs.get(container))
-        if v != "_":
+        outer = self.containers[container]
+        if outer.depth == 2:  # each value is a row: a hash map the body iterates or looks up
+            self.containers[value] = Container(value, "row", self.row_ivs[container], outer.leaf)
+            self.container_ivs[value] = self.row_ivs[container]
+            env2[v] = _Local(value)
+        elif v != "_":
             env2[v] = _Scalar(Ref(value), None)
         return [ForItems(key, value, container, tuple(body_fn(env2, tenv2)))]
 

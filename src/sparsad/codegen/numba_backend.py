@@ -129,6 +129,9 @@ class _Emitter:
                              f"    {c}_val[{c}_keys[{c}_t]] = 0",
                              f"    {c}_mark[{c}_keys[{c}_t]] = False",
                              f"{c}_n = 0")
+                elif container.depth == 2:
+                    row = "ROW_INT" if container.leaf == "int" else "ROW_REAL"
+                    self.put(indent, f"{c} = Dict.empty(key_type=types.int64, value_type={row})")
                 else:
                     value = "types.int64" if container.leaf == "int" else "types.float64"
                     self.put(indent, f"{c} = Dict.empty(key_type=types.int64, value_type={value})")
@@ -143,6 +146,15 @@ class _Emitter:
                 guarded = [iv is None for iv in ivs]
                 self.put(indent, *O.output_accumulate(self.plan, names, self.expr(v), guarded,
                                                       self.program.leaf))
+            case Accumulate(target=c, keys=(row_key, key), value=v):
+                leaf = self.containers[c].leaf
+                value_type = "types.int64" if leaf == "int" else "types.float64"
+                zero = "0" if leaf == "int" else "0.0"
+                self.put(indent, f"_row_key = np.int64({self.expr(row_key)})",
+                         f"if _row_key not in {c}:",
+                         f"    {c}[_row_key] = Dict.empty(key_type=types.int64, value_type={value_type})",
+                         f"_row = {c}[_row_key]", f"_key = np.int64({self.expr(key)})",
+                         f"_row[_key] = _row.get(_key, {zero}) + {self.expr(v)}")
             case Accumulate(target=c, keys=(key,), value=v):
                 container = self.containers[c]
                 k = self.expr(key)
@@ -188,6 +200,9 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
         "from numba.typed import Dict",
         "from sparsad.codegen import runtime as rt",
         *O.output_globals(plan, program.depth),
+        *(["ROW_REAL = types.DictType(types.int64, types.float64)",
+           "ROW_INT = types.DictType(types.int64, types.int64)"]
+          if any(c.depth == 2 for c in program.containers) else []),
         "",
         "",
         '@njit(cache=True, error_model="numpy", nogil=True)',
