@@ -89,3 +89,37 @@ def test_unoptimized_residual_warns_but_optimized_graph_stays_sparse():
         _no_densify()
         (opt,) = T.Executor([T.optimize(loss)]).run(feed)
     assert float(opt) == pytest.approx(float(plain), rel=1e-12)
+
+
+def test_gradients_wrt_sparse_variables_are_masked_sampled_einsums():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    s, R = 6, 2
+    coo = sparse.random((s, s, s), density=0.15, random_state=4)
+    X = T.Variable("X", (s, s, s), sparse="coo")
+    A, B, C = (T.Variable(n, (s, R)) for n in "ABC")
+    res = X - T.einsum("ir,jr,kr->ijk", A, B, C)
+    loss = 0.5 * T.einsum("ijk,ijk->", res, res) + T.einsum("ijk,ijk->", X, X)
+    rng = np.random.default_rng(5)
+    vals = {A: rng.random((s, R)), B: rng.random((s, R)), C: rng.random((s, R))}
+    g_masked = T.grad(loss, X)
+    g_dense = T.grad(loss, X, mask_sparse=False)
+    assert isinstance(g_masked, T.SampleAt)
+    with warnings.catch_warnings():
+        _no_densify()
+        (opt,) = T.Executor([T.optimize(g_masked)]).run({X: coo, **vals})
+    assert isinstance(opt, sparse.COO) and np.array_equal(opt.coords, coo.coords)
+
+    def f(x, a, b, c):
+        r = x - jnp.einsum("ir,jr,kr->ijk", a, b, c)
+        return 0.5 * jnp.sum(r * r) + jnp.sum(x * x)
+
+    ref = np.asarray(jax.grad(f)(coo.todense(), vals[A], vals[B], vals[C]))
+    np.testing.assert_allclose(opt.data, ref[tuple(coo.coords)], rtol=1e-12)
+    with pytest.warns(DensifyWarning):        # unoptimized: the residual X - model is dense
+        (plain,) = T.Executor([g_masked]).run({X: coo, **vals})
+    np.testing.assert_allclose(plain.todense(), opt.todense(), rtol=1e-12)
+    with pytest.warns(DensifyWarning):                           # the dense-equivalent gradient
+        (full,) = T.Executor([g_dense]).run({X: coo, **vals})
+    np.testing.assert_allclose(np.asarray(full), ref, rtol=1e-12)

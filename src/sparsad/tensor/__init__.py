@@ -11,13 +11,13 @@ array([2., 2., 2.])
 from sparsad.tensor.ad import grad, hessian, hvp, jacobian, jvp, vjp
 from sparsad.tensor.executor import Executor, evaluate
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, Scale, Sub, Sum, TensorInverse, Transpose,
-    Variable, cos, einsum, exp, log, reciprocal, sin, sqrt, square, tanh, tensordot, tensorinv,
+    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, Sum, TensorInverse,
+    Transpose, Variable, cos, einsum, exp, log, reciprocal, sin, sqrt, square, tanh, tensordot, tensorinv,
     transpose, zeros,
 )
 
 __all__ = [
-    "Add", "Constant", "Einsum", "Elementwise", "Executor", "Identity", "Node", "Scale", "Sub", "Sum",
+    "Add", "Constant", "Einsum", "Elementwise", "Executor", "Identity", "Node", "SampleAt", "Scale", "Sub", "Sum",
     "TensorInverse", "Transpose", "Variable", "cos", "einsum", "evaluate", "exp", "grad", "hessian",
     "hvp", "jacobian", "jvp", "log", "reciprocal", "sin", "sqrt", "square", "tanh", "tensordot",
     "tensorinv", "transpose", "vjp", "zeros",

@@ -14,10 +14,11 @@ from typing import Sequence
 
 import numpy as np
 
-from sparsad.errors import InputError, ShapeError
+from sparsad.errors import InputError, ShapeError, UnsupportedError
 from sparsad.tensor.graph import depends_on, einsum_view, fresh_letters, topological
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, Scale, Sub, TensorInverse, Variable, zeros,
+    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, TensorInverse, Variable,
+    zeros,
 )
 
 
@@ -99,6 +100,12 @@ def _rule(node: Node, k: int, adj: Node, lead_n: int, explicit: bool) -> Node:
         if _is_one(adj):
             return deriv
         return Einsum(f"{lead}{o},{o}->{lead}{o}", adj, deriv)
+    if isinstance(node, SampleAt):
+        if k == 1:                       # only the pattern's structure matters, not its values
+            return zeros(adj.shape[:lead_n] + node.inputs[1].shape)
+        if lead_n:
+            raise UnsupportedError("explicit Jacobians through a masked (SampleAt) node are not supported")
+        return SampleAt(adj, node.inputs[1])
     if isinstance(node, TensorInverse):
         # dY = -Y dA Y for Y = A^{-1} read as matrices; A is P+Q, Y is Q+P.
         ind, nd = node.ind, node.ndim
@@ -120,7 +127,8 @@ def _accumulate(parts: list[Node]) -> Node:
     return total
 
 
-def _backprop(y: Node, xs: Sequence[Node], seed: Node, lead_shape: tuple, explicit: bool) -> list[Node]:
+def _backprop(y: Node, xs: Sequence[Node], seed: Node, lead_shape: tuple, explicit: bool,
+              mask_sparse: bool = False) -> list[Node]:
     for x in xs:
         if not isinstance(x, Node):
             raise InputError(f"derivative: w.r.t. a {type(x).__name__}; pass graph nodes (Variables)")
@@ -143,6 +151,8 @@ def _backprop(y: Node, xs: Sequence[Node], seed: Node, lead_shape: tuple, explic
             adj = zeros(tuple(lead_shape) + x.shape)
         elif _is_one(adj):
             adj = Constant(np.array(1.0))
+        if mask_sparse and isinstance(x, Variable) and x.sparse and not lead_shape:
+            adj = SampleAt(adj, x)      # masked: the gradient lives on x's pattern
         results.append(adj)
     return results
 
@@ -153,21 +163,28 @@ def _as_list(xs) -> tuple[list[Node], bool]:
     return list(xs), False
 
 
-def vjp(y: Node, xs: Node | Sequence[Node], v: Node) -> Node | list[Node]:
-    """v^T J: the adjoint of each x in `xs` for a cotangent `v` shaped like y."""
+def vjp(y: Node, xs: Node | Sequence[Node], v: Node, mask_sparse: bool = True) -> Node | list[Node]:
+    """v^T J: the adjoint of each x in `xs` for a cotangent `v` shaped like y.
+
+    The adjoint of a sparse Variable is masked to its pattern (SampleAt) unless mask_sparse=False.
+    """
     if v.shape != y.shape:
         raise ShapeError(f"vjp: cotangent v has shape {v.shape} but y ({y.label}) has shape {y.shape}")
     xs_list, single = _as_list(xs)
-    out = _backprop(y, xs_list, v, (), explicit=False)
+    out = _backprop(y, xs_list, v, (), explicit=False, mask_sparse=mask_sparse)
     return out[0] if single else out
 
 
-def grad(y: Node, xs: Node | Sequence[Node]) -> Node | list[Node]:
-    """Gradient of a scalar y with respect to each x (a graph, one node per x)."""
+def grad(y: Node, xs: Node | Sequence[Node], mask_sparse: bool = True) -> Node | list[Node]:
+    """Gradient of a scalar y with respect to each x (a graph, one node per x).
+
+    The gradient w.r.t. a sparse Variable is masked to its pattern (a sparse array evaluated by a
+    sampled einsum) unless mask_sparse=False, which gives the dense-equivalent gradient.
+    """
     if y.shape != ():
         raise ShapeError(f"grad: y ({y.label}) has shape {y.shape}, not a scalar; use vjp or jacobian")
     xs_list, single = _as_list(xs)
-    out = _backprop(y, xs_list, _One(), (), explicit=False)
+    out = _backprop(y, xs_list, _One(), (), explicit=False, mask_sparse=mask_sparse)
     return out[0] if single else out
 
 
@@ -195,7 +212,7 @@ def hvp(y: Node, xs: Node | Sequence[Node], vs: Node | Sequence[Node]) -> Node |
     vs_list, _ = _as_list(vs)
     if len(vs_list) != len(xs_list):
         raise InputError(f"hvp: {len(xs_list)} inputs but {len(vs_list)} vectors")
-    gs = grad(y, xs_list)
+    gs = grad(y, xs_list, mask_sparse=False)
     inner = []
     for g, v, x in zip(gs, vs_list, xs_list):
         if v.shape != x.shape:

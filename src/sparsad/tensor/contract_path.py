@@ -56,6 +56,20 @@ def split_einsum(node: Einsum, path: str = "greedy", memory_limit: int | None = 
     return build_tree(node.in_subs, node.inputs, node.out_sub, steps)
 
 
+def sampled_einsums(nodes: Sequence[Node]) -> set[int]:
+    """uids of einsums read only through SampleAt: they run as sampled einsums, kept whole."""
+    from sparsad.tensor.graph import topological
+    from sparsad.tensor.nodes import SampleAt
+
+    users: dict[int, list[Node]] = {}
+    for n in topological(nodes):
+        for c in n.inputs:
+            users.setdefault(c.uid, []).append(n)
+    return {uid for uid, us in users.items() if all(isinstance(u, SampleAt) and u.inputs[0].uid == uid for u in us)}
+
+
 def contraction_paths(nodes: Sequence[Node], path: str = "greedy", memory_limit: int | None = None) -> list[Node]:
-    """Split every einsum of the graph along its chosen contraction path."""
-    return rewrite(list(nodes), lambda n: split_einsum(n, path, memory_limit) if isinstance(n, Einsum) else n)
+    """Split every einsum of the graph along its chosen contraction path (except sampled ones)."""
+    keep = sampled_einsums(nodes)
+    return rewrite(list(nodes), lambda n: split_einsum(n, path, memory_limit)
+                   if isinstance(n, Einsum) and n.uid not in keep else n)

@@ -15,8 +15,8 @@ import numpy as np
 
 from sparsad.tensor.graph import rewrite, topological
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, Scale, Sub, Sum, TensorInverse, Transpose,
-    Variable,
+    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, Sum, TensorInverse,
+    Transpose, Variable,
 )
 
 _MAX_PERMUTATIONS = 5040
@@ -74,6 +74,8 @@ class Canonicalizer:
             return ("transpose", n.perm, ids[0])
         if isinstance(n, TensorInverse):
             return ("inv", n.ind, ids[0])
+        if isinstance(n, SampleAt):
+            return ("sample", ids[0], ids[1])
         return (type(n).__name__, n.uid)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from sparsad.tensor.contract_path import plan, split_einsum
+from sparsad.tensor.contract_path import plan, sampled_einsums, split_einsum
 from sparsad.tensor.graph import rewrite, topological
 from sparsad.tensor.nodes import Einsum, Node, TensorInverse
 
@@ -88,9 +88,10 @@ def dimension_tree(nodes: Sequence[Node], sites: Sequence[Node], path: str = "gr
             result += contraction_paths([node], path, memory_limit)
             continue
         order = sweep_order(sites, i)
+        keep = sampled_einsums([node])
 
-        def one(n: Node, order=order) -> Node:
-            if isinstance(n, Einsum) and len(n.inputs) > 2:
+        def one(n: Node, order=order, keep=keep) -> Node:
+            if isinstance(n, Einsum) and len(n.inputs) > 2 and n.uid not in keep:
                 return constrained_path(n, order, path, memory_limit)
             return n
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sparsad.tensor.graph import einsum_view, rewrite
-from sparsad.tensor.nodes import Add, Einsum, Node, Scale, Sub, Sum, Transpose
+from sparsad.tensor.nodes import Add, Einsum, Node, SampleAt, Scale, Sub, Sum, Transpose
 
 
 def as_einsum(node: Node) -> Node:
@@ -22,6 +22,14 @@ def as_einsum(node: Node) -> Node:
 
 
 def _distribute_one(node: Node) -> Node:
+    if isinstance(node, SampleAt):       # sampling is linear: push it onto each term
+        x, pattern = node.inputs
+        if isinstance(x, (Add, Sub)):
+            return type(x)(_distribute_one(SampleAt(x.inputs[0], pattern)),
+                           _distribute_one(SampleAt(x.inputs[1], pattern)))
+        if isinstance(x, Scale):
+            return Scale(x.coef, _distribute_one(SampleAt(x.inputs[0], pattern)))
+        return node
     if not isinstance(node, Einsum):
         return node
     for k, operand in enumerate(node.inputs):

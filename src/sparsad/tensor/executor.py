@@ -12,8 +12,8 @@ from sparsad.tensor.backends import (
 )
 from sparsad.tensor.graph import einsum_view, topological
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, Scale, Sub, Sum, TensorInverse, Transpose,
-    Variable,
+    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, Sum, TensorInverse,
+    Transpose, Variable,
 )
 
 
@@ -25,6 +25,48 @@ def canonical_subscripts(in_subs: Sequence[str], out: str) -> str:
             mapping[ch] = oe.get_symbol(len(mapping))
     rename = lambda s: "".join(mapping[c] for c in s)  # noqa: E731
     return ",".join(rename(s) for s in in_subs) + "->" + rename(out)
+
+
+def sampled_einsum(in_subs: Sequence[str], out: str, arrays: Sequence, coords: np.ndarray) -> np.ndarray:
+    """einsum(in_subs -> out) evaluated only at the output coordinates `coords` (ndim x nnz).
+
+    Each operand is indexed by the coordinates of its output letters, which turns those axes into
+    one batch axis over the stored entries; the rest is an ordinary einsum with that batch axis.
+    """
+    batch = oe.get_symbol(0)
+    rename = {ch: oe.get_symbol(i + 1) for i, ch in enumerate(dict.fromkeys("".join(in_subs) + out))}
+    subs, ops = [], []
+    for sub, array in zip(in_subs, arrays):
+        sampled = [j for j, ch in enumerate(sub) if ch in out]
+        if is_sparse(array):
+            if len(sampled) == len(sub) and len(set(sub)) == len(sub):
+                # Read the sparse operand at the coordinates without densifying it.
+                subs.append(batch)
+                ops.append(gather_sparse(to_pydata(array), tuple(coords[out.index(ch)] for ch in sub)))
+                continue
+            array = densify(array, "sampled einsum operand")
+        array = np.asarray(array)
+        if not sampled:
+            subs.append("".join(rename[c] for c in sub))
+            ops.append(array)
+            continue
+        rest = [j for j in range(len(sub)) if j not in sampled]
+        moved = np.transpose(array, sampled + rest)
+        picked = moved[tuple(coords[out.index(sub[j])] for j in sampled)]
+        subs.append(batch + "".join(rename[sub[j]] for j in rest))
+        ops.append(picked)
+    return oe.contract(",".join(subs) + "->" + batch, *ops)
+
+
+def gather_sparse(coo, index: tuple) -> np.ndarray:
+    """coo[index] for integer index arrays (zero where nothing is stored), by sorted search."""
+    keys = np.ravel_multi_index(tuple(coo.coords), coo.shape)
+    order = np.argsort(keys)
+    keys = keys[order]
+    query = np.ravel_multi_index(index, coo.shape)
+    pos = np.clip(np.searchsorted(keys, query), 0, max(len(keys) - 1, 0))
+    found = (keys[pos] == query) if len(keys) else np.zeros(len(query), bool)
+    return np.where(found, coo.data[order][pos] if len(keys) else 0.0, 0.0)
 
 
 class Executor:
@@ -63,6 +105,12 @@ class Executor:
                     subs, *shapes, optimize=path, memory_limit=memory_limit))
         self._needed: dict[tuple, list[Node]] = {}
         self._jitted: dict[tuple, Any] = {}
+        # Einsums read only through SampleAt are never evaluated densely (sampled einsums).
+        from sparsad.tensor.contract_path import sampled_einsums
+
+        by_uid = {n.uid: n for n in self.order}
+        self._lazy = {uid for uid in sampled_einsums(self.nodes)
+                      if isinstance(by_uid[uid], Einsum)} - {n.uid for n in self.nodes}
         # Which variables each node depends on, for reuse of intermediates between runs
         # (the dimension-tree intermediates of an alternating sweep).
         self._deps: dict[int, frozenset] = {}
@@ -106,6 +154,9 @@ class Executor:
             for step, node in enumerate(order):
                 for child in node.inputs:
                     last_use[child.uid] = step
+                    if child.uid in self._lazy:      # its operands are read at this step
+                        for grand in child.inputs:
+                            last_use[grand.uid] = step
             keep = set(key)
             free: dict[int, list[int]] = {}
             for uid, step in last_use.items():
@@ -148,7 +199,10 @@ class Executor:
         for step, node in enumerate(schedule):
             for uid in free.get(step - 1, ()):
                 values.pop(uid, None)
-            if node.uid in values:
+            if node.uid in values or node.uid in self._lazy:
+                continue
+            if isinstance(node, SampleAt):
+                values[node.uid] = self._sample(node, values)
                 continue
             if self.reuse and not isinstance(node, Variable):
                 # Reuse a value computed from the very same fed arrays (compared by identity).
@@ -192,6 +246,21 @@ class Executor:
             self._jitted[key] = jax.jit(program)
         results = self._jitted[key](*[values[v.uid] for v in fed])
         return [np.asarray(r) for r in results] if to_numpy else list(results)
+
+    def _sample(self, node: SampleAt, values: dict):
+        """x at the stored coordinates of the pattern, as a pydata COO with that pattern."""
+        import sparse
+
+        x, pattern = node.inputs
+        pat = to_pydata(values[pattern.uid])
+        coords = pat.coords
+        if x.uid in self._lazy:
+            data = sampled_einsum(x.in_subs, x.out_sub, [values[c.uid] for c in x.inputs], coords)
+        elif is_sparse(values[x.uid]):
+            data = gather_sparse(to_pydata(values[x.uid]), tuple(coords))
+        else:
+            data = np.asarray(values[x.uid])[tuple(coords)]
+        return sparse.COO(coords, np.asarray(data, dtype=self.dtype), shape=node.shape)
 
     def _eval(self, node: Node, args: list):
         if node.uid in self._constants:

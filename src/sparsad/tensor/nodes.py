@@ -571,3 +571,26 @@ def tensorinv(x: Node, ind: int | None = None) -> TensorInverse:
 Variable._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1], params[2]))
 Constant._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1]))
 Identity._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))
+
+
+class SampleAt(Node):
+    """x read only at the stored entries of a sparse Variable: a sparse array with its pattern.
+
+    This is how gradients with respect to sparse Variables are masked (the sparsad convention):
+    an einsum under SampleAt is evaluated at the pattern's coordinates only (a sampled einsum),
+    never densely.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, x: Node, pattern: Variable):
+        if not isinstance(pattern, Variable) or not pattern.sparse:
+            raise InputError("SampleAt: pattern must be a sparse Variable")
+        if not isinstance(x, Node) or x.shape != pattern.shape:
+            raise ShapeError(f"SampleAt: {getattr(x, 'label', x)} has shape {getattr(x, 'shape', None)} "
+                             f"but the pattern {pattern.name!r} has shape {pattern.shape}")
+        super().__init__((x, pattern), x.shape)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(*inputs)

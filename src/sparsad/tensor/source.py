@@ -84,7 +84,8 @@ def to_source(nodes: Node | Sequence[Node], name: str = "run") -> str:
         elif isinstance(node, TensorInverse):
             expr = f"np.linalg.tensorinv({args[0]}, ind={node.ind})"
         else:
-            raise UnsupportedError(f"to_source: no printer for {type(node).__name__}")
+            raise UnsupportedError(f"to_source: no printer for {type(node).__name__} nodes "
+                                   "(masked sparse gradients run in the Executor only)")
         lines.append(f"    {var} = {expr}")
     result = ", ".join(names[o.uid] for o in outs)
     header = ["import numpy as np", "import opt_einsum as oe", "", "",
