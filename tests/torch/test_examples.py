@@ -18,7 +18,7 @@ def load(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["linalg_jacobi", "linalg_heavyball", "linalg_pcg"])
+@pytest.mark.parametrize("name", ["linalg_jacobi", "linalg_heavyball", "linalg_pcg", "linalg_domain_decomposition"])
 def test_example_trains(name):
     result = load(name).main(small=True)
     history = result["history"]
@@ -48,3 +48,19 @@ def test_pcg_sparse_equals_dense():
     ls, ld = sparse.loss(), dense.loss()
     torch.testing.assert_close(ls, ld)
     torch.testing.assert_close(torch.autograd.grad(ls, sparse.L.values)[0], torch.autograd.grad(ld, dense.L.values)[0])
+
+
+def test_domain_decomposition_preconditioner_matches_dense():
+    module = load("linalg_domain_decomposition")
+    problem = module.DomainDecomposition(6, 2, vectors=3)
+    gen = torch.Generator().manual_seed(0)
+    for d in problem.subdomains:
+        d["L"].values.data = 0.1 * torch.randn(d["L"].nnz, dtype=torch.float64, generator=gen)
+    M = sum(d["Rt"].to_dense() @ torch.linalg.inv((d["A"].to_dense() + d["L"].to_dense()).detach()) @ d["R"].to_dense()
+            for d in problem.subdomains)
+    A = problem.A.to_dense()
+    torch.testing.assert_close(problem.apply_M(problem.X), M @ problem.X)
+    T = torch.eye(A.shape[0], dtype=torch.float64) - M @ A
+    torch.testing.assert_close(problem.loss(), (T @ T @ problem.X).norm(dim=0).max())
+    (grad,) = torch.autograd.grad(problem.loss(), problem.subdomains[0]["L"].values)
+    assert grad.shape == (problem.subdomains[0]["L"].nnz,) and grad.abs().sum() > 0
