@@ -31,7 +31,7 @@ class Record:
     _counters: dict = field(default_factory=dict)
 
     def _path(self) -> tuple:
-        return tuple((s, e, it) for s, e, it in self._stack)
+        return tuple((s, e, it) for s, e, it, _key in self._stack)
 
     def _next(self, site, path) -> int:
         key = (site, path)
