@@ -134,3 +134,28 @@ def test_hand_fused_forms(make_physical, make_csr, matrix_format, kernel, shape)
     reference = a @ x if kernel == "spmv" else float(y @ (a @ x))
     np.testing.assert_allclose(result, reference, rtol=1e-12, atol=1e-12)
     assert values_equal(result, evaluate(program, arrays), rtol=1e-12, atol=1e-12)
+
+
+ROW_LOOKUPS = {
+    "iterate_row": "sum(<i, a> in y) sum(<j, v> in A(i)) { j -> a * v }",   # y^T A
+    "entry": "sum(<i, a> in y) sum(<j, b> in x) { i -> A(i)(j) * b }",      # A x via lookups
+    "copy_rows": "sum(<i, a> in y) { i -> A(i) }",                          # A itself
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(ROW_LOOKUPS))
+@pytest.mark.parametrize("matrix_format", ["csr", "coo"])
+def test_lookups_of_rows(make_physical, make_csr, kernel, matrix_format):
+    """A looked-up definition is built once (a hash map of rows); rows and entries are read
+    from it, absent ones as zero."""
+    a = make_csr(7, 5, 0.3, 11)
+    rng = np.random.default_rng(11)
+    x, y = rng.standard_normal(5), rng.standard_normal(7)
+    types, arrays, stored = make_physical({"A": (a, matrix_format), "x": (x, "dense"),
+                                           "y": (y, "dense")})
+    result = compile_physical(compose(stored, ROW_LOOKUPS[kernel]), types)(**arrays)
+    expected = {"iterate_row": y @ a, "entry": a @ x, "copy_rows": a.toarray()}[kernel]
+    dense = result.toarray() if hasattr(result, "toarray") else result
+    np.testing.assert_allclose(dense, expected, rtol=1e-12, atol=1e-12)
+    assert values_equal(result, evaluate(parse(ROW_LOOKUPS[kernel]), {"A": a, "x": x, "y": y}),
+                        rtol=1e-12, atol=1e-12)

@@ -97,6 +97,28 @@ class LocalGet(IRExpr):
 
 
 @dataclass(frozen=True)
+class HasKey(IRExpr):
+    """Whether a hash container (of rows) holds key."""
+    container: str
+    key: IRExpr
+
+
+@dataclass(frozen=True)
+class RowOf(IRExpr):
+    """The row at key of a nested hash container (the key must be present)."""
+    container: str
+    key: IRExpr
+
+
+@dataclass(frozen=True)
+class RowGet(IRExpr):
+    """The value at (row_key, key) of a nested hash container whose row row_key exists."""
+    container: str
+    row_key: IRExpr
+    key: IRExpr
+
+
+@dataclass(frozen=True)
 class Choose(IRExpr):
     """`then if cond else orelse`."""
     cond: IRExpr
@@ -408,6 +430,19 @@ class _Lowerer:
         raise _unsupported("this construct as a number", e)
 
     def lookup(self, e: Lookup, d: Expr, k: Expr, env: dict, tenv: dict):
+        if isinstance(d, Lookup):
+            found = self.nested(d.dict, env, tenv)
+            if found is not None:  # c(i)(j) = c[i].get(j) when row i exists, else zero
+                pre, container = found
+                more, row_key, _ = self.scalar(d.key, env, tenv)
+                pre += more
+                row_key = self.bind_local_value(pre, row_key, "key")
+                more, key, _ = self.scalar(k, env, tenv)
+                pre += more
+                leaf = self.containers[container].leaf
+                zero = Num(0) if leaf == "int" else Num(0.0)
+                get = RowGet(container, row_key, key)
+                return pre, Choose(HasKey(container, row_key), get, zero), None
         if not isinstance(d, Var):
             # bind the dictionary first (a range, sub-array or materialized container)
             name = self.fresh("d")
@@ -445,6 +480,34 @@ class _Lowerer:
             case _Scalar():
                 raise _unsupported("a lookup into a number", e)
         raise _unsupported(f"a lookup into the unbound name {d.name!r}", e)
+
+    # -- rows of nested containers -----------------------------------------------------
+    def nested(self, d: Expr, env: dict, tenv: dict) -> tuple[list, str] | None:
+        """(statements, name) when d names a depth-2 local container (built if lazy)."""
+        if not isinstance(d, Var):
+            return None
+        binding = env.get(d.name)
+        if isinstance(binding, _Local) and self.containers[binding.name].depth == 2:
+            return [], binding.name
+        if isinstance(binding, _Lazy) and _depth(self.typeof(binding.expr, binding.tenv)) == 2:
+            return self.materialize(d.name, binding.expr, binding.env, binding.tenv)
+        return None
+
+    def with_row(self, e: Lookup, env: dict, tenv: dict, inner) -> list | None:
+        """`if key in c: row = c[key]; inner(row)` for a lookup e = c(key) of a nested container."""
+        found = self.nested(e.dict, env, tenv)
+        if found is None:
+            return None
+        pre, container = found
+        more, key, _ = self.scalar(e.key, env, tenv)
+        pre = pre + more
+        key = self.bind_local_value(pre, key, "key")
+        row = self.fresh("row")
+        parent = self.containers[container]
+        self.containers[row] = Container(row, "row", self.row_ivs[container], parent.leaf)
+        self.container_ivs[row] = self.row_ivs[container]
+        body = [Assign(row, RowOf(container, key)), *inner(row)]
+        return pre + [IfThen(HasKey(container, key), tuple(body))]
 
     # -- let -----------------------------------------------------------------------------
     def bind(self, name: str, value: Expr, env: dict, tenv: dict,
@@ -589,6 +652,13 @@ class _Lowerer:
             return self._loop(binding.expr, k, v, cenv, ctenv, body_fn, binding.env, binding.tenv)
         if isinstance(binding, _Scalar):
             raise _unsupported("a sum over a number", source)
+        if isinstance(source, Lookup):
+            stmts = self.with_row(source, env, tenv, lambda row: self.items_loop(
+                row, k, v, cenv, ctenv2, body_fn))
+            if stmts is not None:
+                return stmts
+            raise _unsupported("a lookup that yields a dictionary (only rows of nested "
+                               "intermediates are looked up)", source)
         if isinstance(source, Singleton):
             return self.bind_entry(source.key, source.value, k, v, env, tenv, cenv, ctenv, body_fn)
         if isinstance(source, Let):
@@ -717,7 +787,9 @@ class _Lowerer:
                 return self.loop(e, k, v, env, tenv, lambda env2, tenv2: self.emit(
                     Singleton(Var(k), Var(v)), keys, scale, sink, env2, tenv2))
             case Lookup():
-                raise _unsupported("a lookup that yields a dictionary", e)
+                k, v = self.fresh("k"), self.fresh("v")
+                return self.loop(e, k, v, env, tenv, lambda env2, tenv2: self.emit(
+                    Singleton(Var(k), Var(v)), keys, scale, sink, env2, tenv2))
         raise _unsupported("this dictionary expression", e)
 
     def emit_if(self, e: If, keys, scale, sink, env, tenv) -> list:

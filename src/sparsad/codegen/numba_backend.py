@@ -28,8 +28,8 @@ import numpy as np
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
 from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Container, Fill, Fn,
-                                   For, ForItems, IfThen, IRExpr, Length, Load, LocalGet,
-                                   LoopProgram, Num, Op, Ref, Stmt, Unary, lower)
+                                   For, ForItems, HasKey, IfThen, IRExpr, Length, Load, LocalGet,
+                                   LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary, lower)
 from sparsad.codegen.runtime import FUNCTION_CODE
 from sparsad.errors import DTypeError, FormatError, InputError, UnsupportedError
 from sparsad.lang.printer import to_text
@@ -84,6 +84,13 @@ class _Emitter:
                     return f"rt.load({c}_val, {self.expr(k)})"
                 zero = "0" if container.leaf == "int" else "0.0"
                 return f"{c}.get(np.int64({self.expr(k)}), {zero})"
+            case HasKey(container=c, key=k):
+                return f"(np.int64({self.expr(k)}) in {c})"
+            case RowOf(container=c, key=k):
+                return f"{c}[np.int64({self.expr(k)})]"
+            case RowGet(container=c, row_key=r, key=k):
+                zero = "0" if self.containers[c].leaf == "int" else "0.0"
+                return f"{c}[np.int64({self.expr(r)})].get(np.int64({self.expr(k)}), {zero})"
             case Choose(cond=c, then=t, orelse=o):
                 return f"({self.expr(t)} if {self.expr(c)} else {self.expr(o)})"
         raise TypeError(f"not an IR expression: {e!r}")
