@@ -28,7 +28,11 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
     graph = plan.graph
     lines.append("SSA graph:")
     lines.append(f"  inputs: {', '.join(f'{n.name}{list(n.shape)}' for n in graph.inputs)}")
+    seen = set()
     for loop in graph.loops:
+        if (loop.site, loop.scope) in seen:
+            continue  # the front end may trace a body more than once
+        seen.add((loop.site, loop.scope))
         lines.append(f"  {ssa.describe(loop)}" + (f", break at line {loop.break_site[0]}" if loop.break_site else ""))
     for site in graph.branch_sites:
         lines.append(f"  if at line {site[0]}: φ on the recorded decision")

@@ -113,14 +113,11 @@ def _self_recurrence(spec: LoopSpec, k: int, u: sp.Expr, index_syms: set, notes:
     init = spec.inits[k]
     if init is None:
         raise NoClosedForm(f"{ck} is read before it is first assigned")
-    poly = None
-    try:
-        poly = sp.Poly(sp.expand(u), ck)
-    except sp.PolynomialError:
-        pass
-    if poly is not None and poly.degree() <= 1:
-        a = poly.coeff_monomial(ck)
-        b = poly.coeff_monomial(1)
+    a = sp.diff(u, ck)
+    affine = not a.has(ck)
+    if affine:
+        b = u.xreplace({ck: sp.Integer(0)})
+    if affine:
         if _depends(a, spec.carried) or _depends(b, spec.carried):
             raise NoClosedForm(f"the update of {ck} mixes carried variables")
         if _depends(a, index_syms):

@@ -87,7 +87,7 @@ def hoist_sum(body: sp.Expr, length: int, shapes: dict, scalars: set) -> sp.Expr
     if not gens:
         return _plain_sum(body, length, shapes)
     try:
-        poly = sp.Poly(sp.expand(body), *gens)
+        poly = sp.Poly(sp.expand(body, power_base=False, power_exp=False, log=False), *gens)
     except sp.PolynomialError:
         return VSum(body, length)
     if any(c.free_symbols & set(gens) for c in poly.coeffs()) or len(poly.terms()) > 12:
