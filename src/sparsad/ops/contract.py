@@ -59,10 +59,13 @@ class Terms:
 
     def roles_into(self, out: int) -> tuple[int, int]:
         """(u_role, v_role) feeding role `out`: the scalar role first when out is a channel role."""
-        rest = [r for r in range(3) if r != out]
-        if out != self.scalar:
-            rest.sort(key=lambda r: r != self.scalar)
-        return rest[0], rest[1]
+        roles = self.__dict__.setdefault("_roles", {})
+        if out not in roles:
+            rest = [r for r in range(3) if r != out]
+            if out != self.scalar:
+                rest.sort(key=lambda r: r != self.scalar)
+            roles[out] = (rest[0], rest[1])
+        return roles[out]
 
     def plan(self, out: int) -> Plan:
         if out not in self._plans:

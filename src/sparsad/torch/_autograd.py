@@ -82,11 +82,14 @@ class _Contract(torch.autograd.Function):
         u, v = ctx.saved_tensors
         terms, out = ctx.terms, ctx.out
         u_role, v_role = terms.roles_into(out)
+        # create_graph=True: build the gradient from differentiable calls; otherwise skip the
+        # Function machinery and evaluate directly
+        run = contract if torch.is_grad_enabled() else _contract_now
         gu = gv = None
         if ctx.needs_input_grad[2]:
-            gu = contract(terms, u_role, {v_role: v, out: grad})
+            gu = run(terms, u_role, {v_role: v, out: grad})
         if ctx.needs_input_grad[3]:
-            gv = contract(terms, v_role, {u_role: u, out: grad})
+            gv = run(terms, v_role, {u_role: u, out: grad})
         return None, None, gu, gv
 
     @staticmethod
@@ -101,6 +104,11 @@ class _Contract(torch.autograd.Function):
             part = _evaluate(terms, out, u, dv)
             tangent = part if tangent is None else tangent + part
         return tangent
+
+
+def _contract_now(terms: Terms, out: int, operands: dict[int, torch.Tensor]) -> torch.Tensor:
+    u_role, v_role = terms.roles_into(out)
+    return _evaluate(terms, out, operands[u_role].detach(), operands[v_role].detach())
 
 
 def contract(terms: Terms, out: int, operands: dict[int, torch.Tensor]) -> torch.Tensor:
