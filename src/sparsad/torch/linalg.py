@@ -62,9 +62,8 @@ def spmm(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
     A = as_sparse_matrix(A, "A")
     if isinstance(X, torch.Tensor) and X.ndim == 1:
         return spmv(A, X)
-    axis = -2
-    X = check_dense(A, X, "X", A.shape[1], axis if (isinstance(X, torch.Tensor) and X.ndim >= 2) else 0,
-                    "row count (second-to-last dimension)")
+    axis = -2 if isinstance(X, torch.Tensor) and X.ndim >= 2 else 0
+    X = check_dense(A, X, "X", A.shape[1], axis, "row count (second-to-last dimension)")
     if X.ndim == 2:
         return _matmul_2d(A, X)
     batch = X.shape[:-2]
