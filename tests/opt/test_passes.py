@@ -159,3 +159,11 @@ def test_equality_saturation_hoists_invariant_factors_and_lets():
     # a factor that reads the loop's value stays inside
     kept = saturate(parse("sum(<i, a> in V) exp(a) * a"))
     assert isinstance(kept, Sum)
+
+
+def test_equality_saturation_removes_singleton_sums_and_lookups():
+    assert to_text(saturate(parse("sum(<k, v> in { 3 -> a }) v * b"))).startswith("let")
+    assert "if" in to_text(saturate(parse("{ i -> a }(j)")))
+    moved = saturate(parse("sum(<i, a> in V) (if i = 2 then a) * beta"), sizes={"V": 100})
+    inputs = {"V": {0: 1.0, 2: 5.0}, "beta": 3.0}
+    assert values_equal(evaluate(moved, inputs), 15.0)

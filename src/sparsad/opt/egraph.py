@@ -2,7 +2,9 @@
 
 The program (binders renamed apart) is encoded as an egglog term. Rules are data:
 sum factorization (a factor that does not read the loop's key or value moves out), let hoisting,
-sums over `+`, distributivity and associativity of `*`. Independence of a term from a binder
+sums over `+` (sum merging), distributivity and associativity of `*`, elimination of sums over
+singletons, lookups of singletons, and if-to-multiplication. (Vertical fusion and let inlining,
+which substitute under binders, are term rewrites in `opt.fuse`.) Independence of a term from a binder
 is a relation derived bottom-up, so the rules need no negation. Extraction uses a cost model
 that counts loop nesting: a sum costs its source plus the estimated size of the source times
 its body. Saturation is bounded in iterations and time.
@@ -22,6 +24,7 @@ from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, 
 from sparsad.lang.types import Type
 
 DEFAULT_SIZE = 100.0
+BUILD_COST = 4.0
 
 
 class Term(EggExpr):
@@ -91,6 +94,16 @@ REWRITE_RULES = ruleset(
     rule(eq(_t).to((_a + _b) * _c)).then(union(_t).with_(_a * _c + _b * _c)),
     rule(eq(_t).to((_a * _b) * _c)).then(union(_t).with_(_a * (_b * _c))),
     rule(eq(_t).to(_a * (_b * _c))).then(union(_t).with_((_a * _b) * _c)),
+    # elimination of a sum over a singleton, and the lookup of a singleton
+    rule(eq(_t).to(Term.sum(_k, _v, Term.op2("single", _a, _b), _body, _n)))
+    .then(union(_t).with_(Term.let_(_k, _a, Term.let_(_v, _b, _body)))),
+    rule(eq(_t).to(Term.op2("lookup", Term.op2("single", _a, _b), _c)))
+    .then(union(_t).with_(Term.op3("if", Term.op2("=", _a, _c), _b, Term.empty()))),
+    # if-to-multiplication: a factor moves into (or out of) an else-less conditional
+    rule(eq(_t).to(Term.op3("if", _c, _a, Term.empty()) * _b))
+    .then(union(_t).with_(Term.op3("if", _c, _a * _b, Term.empty()))),
+    rule(eq(_t).to(_b * Term.op3("if", _c, _a, Term.empty())))
+    .then(union(_t).with_(Term.op3("if", _c, _b * _a, Term.empty()))),
 )
 
 
@@ -101,9 +114,12 @@ class LoopCost:
         args = get_callable_args(expr)
         if args is None:
             return 0.0
-        if str(get_callable_fn(expr)).endswith("sum"):
+        name = str(get_callable_fn(expr))
+        if name.endswith("sum"):
             size = float(get_literal_value(args[4]))
             return children_costs[2] + size * (1.0 + children_costs[3])
+        if name.endswith("op2") and get_literal_value(args[0]) == "single":
+            return BUILD_COST + sum(children_costs)  # building a dictionary costs an allocation
         return 1.0 + sum(children_costs)
 
 
