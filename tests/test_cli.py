@@ -68,3 +68,18 @@ def test_demo_runs_as_a_module_and_matches():
     assert done.returncode == 0, done.stderr
     assert "All results match NumPy/SciPy." in done.stdout
     assert "SMMM d/dB" in done.stdout
+
+
+def test_show_prints_the_optimized_derivative_for_given_formats(tmp_path, capsys):
+    scipy.io.mmwrite(tmp_path / "A.mtx", sp.random(6, 5, density=0.4, format="csr", random_state=0))
+    np.save(tmp_path / "x.npy", np.ones(5))
+    batax = "sum(<i, r> in A) sum(<j, v1> in r) sum(<k, v2> in r) { j -> ((beta * v1) * v2) * (x(k)) }"
+    assert main(["show", batax, "--wrt", "x", "--jacobian", "-i", f"A={tmp_path / 'A.mtx'}",
+                 "-i", f"x={tmp_path / 'x.npy'}", "-i", "beta=1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "A_idx(A_pos(" in out and "beta * " in out
+    assert main(["show", batax, "--stage", "code", "-i", f"A={tmp_path / 'A.mtx'}",
+                 "-i", f"x={tmp_path / 'x.npy'}", "-i", "beta=1.5"]) == 0
+    assert "@njit" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="depends on the inputs"):
+        main(["show", batax])

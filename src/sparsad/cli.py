@@ -101,6 +101,31 @@ def cmd_grad(args) -> int:
     return 0
 
 
+def cmd_show(args) -> int:
+    """Print a stage of the compilation pipeline for the given inputs (their formats decide it)."""
+    from sparsad.compiler import STAGES, CompiledProgram
+    from sparsad.lang.program import program
+
+    prog = program(_program_text(args.program), dict(t.split("=", 1) for t in args.type or []))
+    inputs = dict(load_input(spec) for spec in args.input or [])
+    formats = dict(f.split("=", 1) for f in args.format or [])
+    if args.wrt:
+        from sparsad.ad.api import grad, jacobian
+
+        target = (jacobian if args.jacobian else grad)(prog, wrt=args.wrt).compiled(formats=formats)
+    else:
+        target = CompiledProgram(prog, formats)
+    if args.stage in ("source", "derivative") or not inputs:
+        if args.stage not in ("source", "derivative"):
+            raise SystemExit(f"sparsad show: stage {args.stage!r} depends on the inputs' formats; "
+                             "give them with -i NAME=FILE")
+        print(target.show(args.stage))
+        return 0
+    target(**inputs)
+    print(target.show(args.stage))
+    return 0
+
+
 def cmd_check(args) -> int:
     from sparsad.lang.program import program
 
@@ -163,6 +188,19 @@ def build_parser() -> argparse.ArgumentParser:
     grad.add_argument("--out-format", default="natural", choices=["natural", "dense", "csr", "csc", "coo", "dict"])
     grad.add_argument("-o", "--output", help="write the result to a .npy or .mtx file")
     grad.set_defaults(func=cmd_grad)
+
+    show = sub.add_parser("show", help="print a stage of compiling a program (or its derivative)")
+    show.add_argument("program")
+    show.add_argument("--stage", default="optimized",
+                      help="source, derivative, sparsity, storage, fuse, eqsat, normalize, dps, cse, "
+                           "optimized or code")
+    show.add_argument("--wrt", action="append", help="show the derivative with respect to this input")
+    show.add_argument("--jacobian", action="store_true")
+    show.add_argument("-i", "--input", action="append", metavar="NAME=FILE|VALUE")
+    show.add_argument("-t", "--type", action="append", metavar="NAME=TYPE")
+    show.add_argument("-f", "--format", action="append", metavar="NAME=FORMAT",
+                      help="store an input in this format (csr, csc, coo, dense, dcsr, ...)")
+    show.set_defaults(func=cmd_show)
 
     check = sub.add_parser("check", help="parse and type-check a program")
     check.add_argument("program")
