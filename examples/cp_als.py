@@ -31,8 +31,8 @@ def cp_graph(shape, rank):
     for site in factors:
         hess = T.hessian(loss, [site])[0][0]
         updates.append(site - T.tensordot(T.tensorinv(hess), T.grad(loss, site)))
-    optimized = T.optimize(updates, dimension_tree=factors)
-    return X, factors, loss, updates, optimized
+    *optimized, loss_opt = T.optimize(updates + [loss], dimension_tree=factors)
+    return X, factors, loss_opt, updates, optimized
 
 
 def fit_of(x: np.ndarray, factors: list[np.ndarray]) -> float:
@@ -56,6 +56,12 @@ class CPALS:
             (vals[n],) = self.executor.run(feed, out=[update])
         return vals
 
+    def fit(self, x: np.ndarray, vals: list[np.ndarray], x_norm: float | None = None) -> float:
+        """1 - ||X - [[A]]|| / ||X|| from the optimized loss graph (Gram matrices, no s^N model)."""
+        (loss,) = self.executor.run({self.X: x, **dict(zip(self.factors, vals))}, out=[self.loss])
+        x_norm = np.linalg.norm(x) if x_norm is None else x_norm
+        return 1.0 - np.sqrt(max(2.0 * float(loss), 0.0)) / x_norm
+
 
 def cp_als(x: np.ndarray, rank: int, n_iter: int = 50, seed: int = 0, init=None, tol: float = 0.0,
            solver: CPALS | None = None):
@@ -64,9 +70,10 @@ def cp_als(x: np.ndarray, rank: int, n_iter: int = 50, seed: int = 0, init=None,
     rng = np.random.default_rng(seed)
     vals = [np.array(f) for f in init] if init is not None else [rng.random((s, rank)) for s in x.shape]
     fits = []
+    x_norm = np.linalg.norm(x)
     for _ in range(n_iter):
         vals = solver.sweep(x, vals)
-        fits.append(fit_of(x, vals))
+        fits.append(solver.fit(x, vals, x_norm))
         if tol and len(fits) > 1 and abs(fits[-1] - fits[-2]) < tol:
             break
     return vals, fits

@@ -1,6 +1,7 @@
 """Run einsum graphs on NumPy, PyTorch, JAX or Dask: plan once, run many feeds."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -58,6 +59,32 @@ def sampled_einsum(in_subs: Sequence[str], out: str, arrays: Sequence, coords: n
     return oe.contract(",".join(subs) + "->" + batch, *ops)
 
 
+def numpy_small_einsum(subs: str):
+    """A direct NumPy call for a one- or two-operand einsum (no per-call planning overhead):
+    tensordot plus a transpose when the contraction is a plain tensor product, else np.einsum."""
+    lhs, out = subs.split("->")
+    ins = lhs.split(",")
+    if len(ins) == 1:
+        return partial(np.einsum, subs)
+    a, b = ins
+    if len(set(a)) != len(a) or len(set(b)) != len(b):
+        return partial(np.einsum, subs)
+    shared = [c for c in a if c in b]
+    if any(c in out for c in shared) or any(c not in out and c not in b for c in a) \
+            or any(c not in out and c not in a for c in b):
+        return partial(np.einsum, subs)              # batch or summed-out axes
+    axes = ([a.index(c) for c in shared], [b.index(c) for c in shared])
+    produced = [c for c in a if c not in shared] + [c for c in b if c not in shared]
+    perm = [produced.index(c) for c in out]
+    identity = perm == list(range(len(perm)))
+
+    def run(x, y):
+        r = np.tensordot(x, y, axes=axes)
+        return r if identity else r.transpose(perm)
+
+    return run
+
+
 def gather_sparse(coo, index: tuple) -> np.ndarray:
     """coo[index] for integer index arrays (zero where nothing is stored), by sorted search."""
     keys = np.ravel_multi_index(tuple(coo.coords), coo.shape)
@@ -101,8 +128,13 @@ class Executor:
             if isinstance(node, Einsum) and len(node.inputs) > 0:
                 subs = canonical_subscripts(view[0], view[1])
                 shapes = [op.shape for op in node.inputs]
-                self._plans[node.uid] = (subs, oe.contract_expression(
-                    subs, *shapes, optimize=path, memory_limit=memory_limit))
+                expr = None
+                if self.backend.name == "numpy" and len(node.inputs) <= 2:
+                    expr = numpy_small_einsum(subs)
+                if expr is None:
+                    planned = oe.contract_expression(subs, *shapes, optimize=path, memory_limit=memory_limit)
+                    expr = partial(planned, backend=self.backend.name)
+                self._plans[node.uid] = (subs, expr)
         self._needed: dict[tuple, list[Node]] = {}
         self._jitted: dict[tuple, Any] = {}
         # Einsums read only through SampleAt are never evaluated densely (sampled einsums).
@@ -270,7 +302,7 @@ class Executor:
             subs, expr = self._plans[node.uid]
             if self._sparse and any(is_sparse(a) for a in args):
                 return sparse_einsum(subs, *args)
-            return expr(*args, backend=b.name)
+            return expr(*args)
         if isinstance(node, (Add, Sub)):
             a, b = args
             if self._sparse and is_sparse(a) != is_sparse(b):      # sparse + dense is dense: say so
