@@ -1,6 +1,6 @@
-"""The imperative loop IR and the lowering of a physical program into it (∇SD §5.5).
+"""Lowering of a physical program into the loop IR (`codegen.ir`, re-exported here) (∇SD §5.5).
 
-Lowering is destination-passing: `_emit(expr, keys, scale, sink)` produces statements that add
+Lowering is destination-passing: `emit(expr, keys, scale, sink)` produces statements that add
 `scale * expr` into a destination at the key path `keys`, where `sink(keys, value)` says what
 "add into the destination" means (the kernel's output, a local container, a scalar accumulator,
 or, for an outer product, emitting the right operand). So
@@ -24,10 +24,14 @@ naming the construct, and the caller falls back to the interpreter.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from sparsad.codegen import bounds as B
+from sparsad.codegen.ir import (OUTPUT, Accumulate, AddTo, Assign, Choose, Container, Fill, Fn,
+                                For, ForItems, HasKey, IfThen, IRExpr, Length, Load, LocalGet,
+                                LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary,
+                                accumulates)
 from sparsad.errors import UnsupportedError
 from sparsad.lang.names import desugar_let_tuples
 from sparsad.lang.printer import to_text
@@ -36,185 +40,6 @@ from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, 
                                  walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
-
-# ----------------------------------------------------------------------------------------
-# IR expressions (scalars)
-
-
-class IRExpr:
-    __slots__ = ()
-
-
-@dataclass(frozen=True)
-class Num(IRExpr):
-    value: float | int | bool
-
-
-@dataclass(frozen=True)
-class Ref(IRExpr):
-    name: str
-
-
-@dataclass(frozen=True)
-class Op(IRExpr):
-    """Binary operator: + - * / == < <= and."""
-    op: str
-    left: IRExpr
-    right: IRExpr
-
-
-@dataclass(frozen=True)
-class Unary(IRExpr):
-    op: str  # "-" or "not"
-    operand: IRExpr
-
-
-@dataclass(frozen=True)
-class Fn(IRExpr):
-    """A built-in function of the language (exp, log, ...) or max/min on indices."""
-    name: str
-    args: tuple[IRExpr, ...]
-
-
-@dataclass(frozen=True)
-class Load(IRExpr):
-    """`array[index]` of an input array; guarded reads give zero outside the array."""
-    array: str
-    index: IRExpr
-    guarded: bool = False
-
-
-@dataclass(frozen=True)
-class Length(IRExpr):
-    array: str
-
-
-@dataclass(frozen=True)
-class LocalGet(IRExpr):
-    """The value at key in a local container (zero when absent)."""
-    container: str
-    key: IRExpr
-
-
-@dataclass(frozen=True)
-class HasKey(IRExpr):
-    """Whether a hash container (of rows) holds key."""
-    container: str
-    key: IRExpr
-
-
-@dataclass(frozen=True)
-class RowOf(IRExpr):
-    """The row at key of a nested hash container (the key must be present)."""
-    container: str
-    key: IRExpr
-
-
-@dataclass(frozen=True)
-class RowGet(IRExpr):
-    """The value at (row_key, key) of a nested hash container whose row row_key exists."""
-    container: str
-    row_key: IRExpr
-    key: IRExpr
-
-
-@dataclass(frozen=True)
-class Choose(IRExpr):
-    """`then if cond else orelse`."""
-    cond: IRExpr
-    then: IRExpr
-    orelse: IRExpr
-
-
-# ----------------------------------------------------------------------------------------
-# IR statements
-
-
-class Stmt:
-    __slots__ = ()
-
-
-@dataclass(frozen=True)
-class Assign(Stmt):
-    name: str
-    value: IRExpr
-
-
-@dataclass(frozen=True)
-class AddTo(Stmt):
-    """A scalar accumulator: `name += value`."""
-    name: str
-    value: IRExpr
-
-
-@dataclass(frozen=True)
-class For(Stmt):
-    """`for var in range(start, end): body`."""
-    var: str
-    start: IRExpr
-    end: IRExpr
-    body: tuple[Stmt, ...]
-
-
-@dataclass(frozen=True)
-class ForItems(Stmt):
-    """Each (key, value) of a local container."""
-    key: str
-    value: str
-    container: str
-    body: tuple[Stmt, ...]
-
-
-@dataclass(frozen=True)
-class Accumulate(Stmt):
-    """`target[keys] += value`; target OUTPUT is the kernel's destination, else a container."""
-    target: str
-    keys: tuple[IRExpr, ...]
-    value: IRExpr
-    key_ivs: tuple[B.IV | None, ...] = field(default=(), compare=False)
-
-
-@dataclass(frozen=True)
-class IfThen(Stmt):
-    cond: IRExpr
-    then: tuple[Stmt, ...]
-    orelse: tuple[Stmt, ...] = ()
-
-
-@dataclass(frozen=True)
-class Fill(Stmt):
-    """Start (re)filling a local container: empty it."""
-    container: str
-
-
-@dataclass(frozen=True)
-class Container:
-    """A local dictionary: 'workspace' (dense array sized by key_iv), 'hash' (typed dict; of
-    typed-dict rows when depth is 2) or 'row' (a row of a depth-2 hash, bound by a loop)."""
-    name: str
-    kind: str
-    key_iv: B.IV | None
-    leaf: str  # "real" or "int"
-    depth: int = 1
-
-
-OUTPUT = "out"
-
-
-@dataclass(frozen=True)
-class LoopProgram:
-    """A lowered kernel: parameters (the inputs), body, local containers, output facts."""
-    params: tuple[str, ...]
-    param_types: tuple[Type, ...]
-    body: tuple[Stmt, ...]
-    containers: tuple[Container, ...]
-    depth: int                      # nesting of the output: 0 scalar, 1 vector, 2 matrix, ...
-    leaf: str                       # "real" or "int"
-    result_type: Type
-    key_ivs: tuple[B.IV | None, ...]  # per output level: the hull of every written key
-    checks: tuple[B.Check, ...]     # read checks on the inputs
-    program: Expr
-
 
 Sink = Callable[[tuple, IRExpr], list]
 
@@ -879,14 +704,6 @@ def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
                        checks=tuple(lowerer.checks), program=expr)
 
 
-def accumulates(stmts, target: str = OUTPUT):
-    """Every Accumulate into target inside stmts (any depth)."""
-    for stmt in stmts:
-        match stmt:
-            case Accumulate(target=t) if t == target:
-                yield stmt
-            case For(body=b) | ForItems(body=b):
-                yield from accumulates(b, target)
-            case IfThen(then=t, orelse=o):
-                yield from accumulates(t, target)
-                yield from accumulates(o, target)
+__all__ = ["lower", "LoopProgram", "Container", "IRExpr", "Stmt", "OUTPUT", "accumulates", "Num",
+           "Ref", "Op", "Unary", "Fn", "Load", "Length", "LocalGet", "HasKey", "RowOf", "RowGet",
+           "Choose", "Assign", "AddTo", "For", "ForItems", "Accumulate", "IfThen", "Fill"]

@@ -27,7 +27,7 @@ import numpy as np
 
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
-from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Container, Fill, Fn,
+from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fill, Fn,
                                    For, ForItems, HasKey, IfThen, IRExpr, Length, Load, LocalGet,
                                    LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary, lower)
 from sparsad.codegen.runtime import FUNCTION_CODE

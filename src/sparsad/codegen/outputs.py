@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sparsad.codegen.loops import OUTPUT, Accumulate, For, LoopProgram, Stmt, accumulates
+from sparsad.codegen.ir import For, LoopProgram, Ref, accumulates
 from sparsad.errors import FormatError, InputError, UnsupportedError
 
 OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace")
@@ -53,17 +53,11 @@ def row_loop(program: LoopProgram) -> For | None:
         return None
     loop = loops[0]
     writes = list(accumulates(loop.body))
-    if not writes or any(w.keys[0] != _ref(loop.var) for w in writes):
+    if not writes or any(w.keys[0] != Ref(loop.var) for w in writes):
         return None
-    if any(w.key_ivs[1] is None for w in writes):
-        return None
+    if any(w.key_ivs[0] is None or w.key_ivs[1] is None for w in writes):
+        return None  # the row and column ranges must be checkable before the kernel runs
     return loop
-
-
-def _ref(name: str):
-    from sparsad.codegen.loops import Ref
-
-    return Ref(name)
 
 
 def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool, ...],
@@ -302,4 +296,4 @@ def _nested(typed, depth: int, leaf: str) -> dict:
 
 __all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "choose_output", "row_loop",
            "output_params", "output_globals", "output_prologue", "output_accumulate", "row_epilogue",
-           "output_return", "overflowed", "output_arguments", "finish", "OUTPUT", "Accumulate", "Stmt"]
+           "output_return", "overflowed", "output_arguments", "finish"]
