@@ -24,6 +24,27 @@ def _two_variants(fn):
     return parallel
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _row_dot(u, i, v, j, channels):  # pragma: no cover - compiled
+    """u[i, :] . v[j, :] with four partial sums: a strict single-accumulator loop is latency-bound
+    (no reassociation allowed), four independent chains run about 4x faster on wide rows."""
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    c = 0
+    while c + 4 <= channels:
+        a0 += u[i, c] * v[j, c]
+        a1 += u[i, c + 1] * v[j, c + 1]
+        a2 += u[i, c + 2] * v[j, c + 2]
+        a3 += u[i, c + 3] * v[j, c + 3]
+        c += 4
+    while c < channels:
+        a0 += u[i, c] * v[j, c]
+        c += 1
+    return (a0 + a1) + (a2 + a3)
+
+
 @_two_variants
 def scale_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
     channels = v.shape[1]
@@ -69,10 +90,7 @@ def dot_scatter(seg, iu, iv, u, v, out):  # pragma: no cover - compiled
     for r in prange(seg.shape[0] - 1):
         acc = 0.0
         for t in range(seg[r], seg[r + 1]):
-            i = iu[t]
-            j = iv[t]
-            for c in range(channels):
-                acc += u[i, c] * v[j, c]
+            acc += _row_dot(u, iu[t], v, iv[t], channels)
         out[r] = acc
 
 
@@ -85,12 +103,7 @@ def masked_dot(rows, cols, u, v, out):  # pragma: no cover - compiled
             out[p] = u[rows[p], 0] * v[cols[p], 0]
         return
     for p in prange(rows.shape[0]):
-        i = rows[p]
-        j = cols[p]
-        acc = 0.0
-        for c in range(channels):
-            acc += u[i, c] * v[j, c]
-        out[p] = acc
+        out[p] = _row_dot(u, rows[p], v, cols[p], channels)
 
 
 @njit(cache=True, nogil=True)
