@@ -218,3 +218,13 @@ def test_unused_inputs_are_not_parameters_and_validate_false_runs_the_same(spmv)
     inputs = csr_inputs()
     np.testing.assert_array_equal(kernel(**inputs, unused=np.ones(2)), spmv(**inputs))
     np.testing.assert_array_equal(kernel.run(inputs, validate=False), spmv(**inputs))
+
+
+def test_inputs_whose_names_cannot_be_parameters():
+    # primes (forward-mode AD), keywords, builtins and generated names are renamed inside
+    program = parse("sum(<_, i> in (0:n)) { i -> x'(i) * max + out }")
+    types = {"n": INT, "x'": REALS, "max": REAL, "out": REAL}
+    kernel = compile_physical(program, types)
+    inputs = {"n": 3, "x'": np.array([1.0, 2.0, 3.0]), "max": 2.0, "out": 0.5}
+    np.testing.assert_allclose(kernel(**inputs), [2.5, 4.5, 6.5])
+    assert "in_xp" in kernel.source and "in_max" in kernel.source

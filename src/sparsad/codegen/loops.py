@@ -660,7 +660,8 @@ def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
     input_types = {n: t for n, t in input_types.items() if n in used}
     for name, t in input_types.items():
         if not name.isidentifier():
-            raise UnsupportedError(f"input name {name!r} is not an identifier; rename it")
+            raise UnsupportedError(f"input name {name!r} is not an identifier; rename it "
+                                   f"(compile_physical does so itself)")
         if isinstance(t, Dict) and (isinstance(t.value, Dict) or not isinstance(t.value, (Real, Int))):
             raise UnsupportedError(f"input {name!r} has type {t}; compiled kernels take ints, reals "
                                    f"and 1-D arrays {{dense_int -> int|real}} (bind nested inputs "

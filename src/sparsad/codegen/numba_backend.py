@@ -14,8 +14,10 @@ naming both). The kernel itself then runs without bounds checks.
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import importlib.util
+import keyword
 import os
 import sys
 import tempfile
@@ -32,8 +34,10 @@ from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fi
                                    LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary, lower)
 from sparsad.codegen.runtime import FUNCTION_CODE
 from sparsad.errors import DTypeError, FormatError, InputError, UnsupportedError
+from sparsad.lang.names import all_names
 from sparsad.lang.printer import to_text
-from sparsad.lang.syntax import Expr
+from sparsad.lang.rebuild import substitute
+from sparsad.lang.syntax import Expr, Var
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, extents as type_extents
 
 # ----------------------------------------------------------------------------------------
@@ -297,9 +301,12 @@ class Kernel:
     """
 
     def __init__(self, program: Expr, input_types: Mapping[str, Type], loops: LoopProgram,
-                 plan: O.OutputPlan, shape: tuple[int, ...] | None):
+                 plan: O.OutputPlan, shape: tuple[int, ...] | None,
+                 renames: Mapping[str, str] | None = None):
         self.program = program
         self.input_types = dict(input_types)
+        inverse = {p: n for n, p in (renames or {}).items()}
+        self._external = {p: inverse.get(p, p) for p in loops.params}  # parameter -> input name
         self.loops = loops
         self.plan = plan
         self.shape = shape
@@ -337,7 +344,7 @@ class Kernel:
     # -- calling ---------------------------------------------------------------------------
     def prepare(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs checked and converted for the kernel (names, dtypes, 1-D arrays)."""
-        expected = self.loops.params  # the inputs the program uses; others are ignored
+        expected = list(self._external.values())  # the inputs the program uses; others are ignored
         missing = [n for n in expected if n not in inputs]
         extra = [n for n in inputs if n not in self.input_types]
         if missing or extra:
@@ -347,9 +354,9 @@ class Kernel:
             if extra:
                 parts.append(f"unexpected {', '.join(extra)}")
             raise InputError(f"kernel inputs: {'; '.join(parts)}; it takes {', '.join(expected)}")
-        prepared: dict[str, Any] = {}
-        for name in expected:
-            prepared[name] = _convert(name, inputs[name], self.input_types[name])
+        prepared: dict[str, Any] = {}  # by parameter name
+        for parameter, name in self._external.items():
+            prepared[parameter] = _convert(name, inputs[name], self.input_types[name])
         return prepared
 
     def __call__(self, **inputs):
@@ -477,6 +484,32 @@ def _cache_key(expr: Expr, input_types: Mapping[str, Type], output: str, shape) 
             None if shape is None else tuple(int(s) for s in shape))
 
 
+# names the generated module itself uses, and prefixes of the names it makes
+_RESERVED = frozenset({"np", "rt", "types", "Dict", "njit", "kernel", "OUT_KEY", "ROW_REAL",
+                       "ROW_INT"}) | frozenset(dir(builtins))
+_RESERVED_PREFIXES = ("out", "w_", "row", "_")
+
+
+def parameter_names(expr: Expr, input_types: Mapping[str, Type]) -> dict[str, str]:
+    """Inputs whose names cannot be kernel parameters (primes as in x1', keywords, builtins,
+    clashes with generated names) -> safe parameter names; callers keep the original names."""
+    taken = set(input_types) | all_names(expr)
+    renames = {}
+    for name in input_types:
+        safe = (name.isidentifier() and not keyword.iskeyword(name) and name not in _RESERVED
+                and not name.startswith(_RESERVED_PREFIXES))
+        if safe:
+            continue
+        base = "in_" + "".join(c if c.isalnum() or c == "_" else "p" for c in name)
+        candidate, count = base, 0
+        while candidate in taken:
+            count += 1
+            candidate = f"{base}_{count}"
+        taken.add(candidate)
+        renames[name] = candidate
+    return renames
+
+
 def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = "auto",
                      shape: tuple[int, ...] | None = None) -> Kernel:
     """A Kernel for a physical program over ints, reals and 1-D arrays.
@@ -491,7 +524,11 @@ def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = 
         cached = _KERNELS.get(key)
     if cached is not None:
         return cached
-    loops = lower(expr, input_types)
+    renames = parameter_names(expr, input_types)
+    physical = expr
+    for name, parameter in renames.items():
+        physical = substitute(physical, name, Var(parameter))
+    loops = lower(physical, {renames.get(n, n): t for n, t in input_types.items()})
     if shape is not None and len(shape) != loops.depth:
         raise InputError(f"shape={tuple(shape)} has {len(shape)} extents but the result has "
                          f"{loops.depth} modes")
@@ -499,11 +536,11 @@ def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = 
     static = [shape[d] if shape is not None else static[d] for d in range(loops.depth)]
     known = tuple(static[d] is not None or loops.key_ivs[d] is not None for d in range(loops.depth))
     plan = O.choose_output(loops, output, known, tuple(static))
-    kernel = Kernel(expr, input_types, loops, plan, None if shape is None else tuple(shape))
+    kernel = Kernel(expr, input_types, loops, plan, None if shape is None else tuple(shape), renames)
     with _KERNELS_LOCK:
         _KERNELS.setdefault(key, kernel)
         return _KERNELS[key]
 
 
 __all__ = ["Kernel", "compile_physical", "generate_source", "kernel_cache_dir",
-           "load_kernel_function", "kernel_parameters"]
+           "load_kernel_function", "kernel_parameters", "parameter_names"]
