@@ -33,7 +33,7 @@ from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fi
                                    For, ForItems, HasKey, IfThen, IRExpr, Length, Load, LocalGet,
                                    LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary, lower)
 from sparsad.codegen.runtime import FUNCTION_CODE
-from sparsad.errors import DTypeError, FormatError, InputError, UnsupportedError
+from sparsad.errors import DTypeError, FormatError, InputError, SparsadError, UnsupportedError
 from sparsad.lang.names import all_names
 from sparsad.lang.printer import to_text
 from sparsad.lang.rebuild import substitute
@@ -528,7 +528,14 @@ def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = 
     physical = expr
     for name, parameter in renames.items():
         physical = substitute(physical, name, Var(parameter))
-    loops = lower(physical, {renames.get(n, n): t for n, t in input_types.items()})
+    try:
+        loops = lower(physical, {renames.get(n, n): t for n, t in input_types.items()})
+    except SparsadError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as error:
+        # a gap in lowering must not take the caller down: it falls back to the interpreter
+        raise UnsupportedError(f"code generation failed on this program ({type(error).__name__}: "
+                               f"{error}); this is a bug in sparsad.codegen, please report it") from error
     if shape is not None and len(shape) != loops.depth:
         raise InputError(f"shape={tuple(shape)} has {len(shape)} extents but the result has "
                          f"{loops.depth} modes")
