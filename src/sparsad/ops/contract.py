@@ -132,7 +132,13 @@ def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndar
             _pick(kernels.dot_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
         return result
     result = np.empty((terms.sizes[out], v.shape[1]), dtype=dtype)
-    if plan.kind == "csr":
+    if v.shape[1] == 1:  # one channel: the 1-D kernels (views, no copies)
+        flat_v, flat_out = v.reshape(-1), result.reshape(-1)
+        if plan.kind == "csr":
+            _pick(kernels.csr_vector, work)(plan.seg, plan.iv, u, flat_v, flat_out)
+        else:
+            _pick(kernels.scale_scatter_vector, work)(plan.seg, plan.iu, plan.iv, u, flat_v, flat_out)
+    elif plan.kind == "csr":
         _pick(kernels.csr_scale, work)(plan.seg, plan.iv, u, v, result)
     else:
         _pick(kernels.scale_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
