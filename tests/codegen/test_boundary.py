@@ -228,3 +228,11 @@ def test_inputs_whose_names_cannot_be_parameters():
     inputs = {"n": 3, "x'": np.array([1.0, 2.0, 3.0]), "max": 2.0, "out": 0.5}
     np.testing.assert_allclose(kernel(**inputs), [2.5, 4.5, 6.5])
     assert "in_xp" in kernel.source and "in_max" in kernel.source
+
+
+def test_errors_name_the_inputs_as_the_caller_named_them():
+    program = parse("sum(<_, i> in (0:n)) { i -> x'(idx(i)) }")
+    types = {"n": INT, "x'": REALS, "idx": INTS}
+    kernel = compile_physical(program, types)
+    with pytest.raises(FormatError, match="x' at 5"):
+        kernel(**{"n": 2, "x'": np.ones(3), "idx": np.array([0, 5])})

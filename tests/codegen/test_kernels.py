@@ -170,3 +170,13 @@ def test_float32_and_int64_indices(make_physical, make_csr):
     wide = {k: (v.astype(np.int64) if isinstance(v, np.ndarray) and v.dtype.kind == "i" else v)
             for k, v in arrays.items()}
     np.testing.assert_allclose(kernel(**wide), a @ x, rtol=1e-12, atol=1e-12)
+    # float32 through the sparse outputs: triplets assembled to CSR, and the row workspace
+    types, arrays, _ = make_physical({"A": (a, "csr"), "x": (x, "dense"), "y": (np.ones(9), "dense")},
+                                     {"beta": 1.5})
+    single = {k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v)
+              for k, v in arrays.items()}
+    batax = compile_physical(BATAX, types)(**single)
+    assert batax.dtype == np.float32
+    np.testing.assert_allclose(batax.toarray(), 1.5 * (a.T @ a).toarray(), rtol=1e-5, atol=1e-5)
+    masked = compile_physical(MASKED, types)(**single)
+    assert masked.dtype == np.float32 and masked.nnz == a.nnz

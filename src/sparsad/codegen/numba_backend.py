@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 import keyword
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -375,11 +376,18 @@ class Kernel:
         for container in self._workspaces:
             interval = B.evaluate(container.key_iv, prepared, memo)
             sizes[container.name] = 0 if interval is None else interval[1] + 1
-        if validate:
-            B.run_checks(loops.checks, prepared, memo, sizes)
-        extents = self._extents(prepared, memo)
-        if validate:
-            self._check_output(prepared, memo, extents)
+        try:
+            if validate:
+                B.run_checks(loops.checks, prepared, memo, sizes)
+            extents = self._extents(prepared, memo)
+            if validate:
+                self._check_output(prepared, memo, extents)
+        except FormatError as error:
+            message = str(error)
+            for parameter, name in self._external.items():
+                if parameter != name:  # speak of the inputs by the names the caller used
+                    message = re.sub(rf"\b{re.escape(parameter)}\b", name, message)
+            raise FormatError(message) from None
         dtype = self._dtype(prepared)
         # first guess: the stored values of the inputs; then what the last call needed
         capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
