@@ -40,10 +40,12 @@ class Plan:
     closed_forms: bool
     elevations: list = field(default_factory=list)
     compiled: dict = field(default_factory=dict)
+    use_numba: bool = True
 
     @property
     def needs_record(self) -> bool:
-        return bool(self.graph.loops or self.graph.branch_sites)
+        """Trip counts of ``while`` loops and decisions of traced ``if``s only exist at run time."""
+        return bool(self.graph.branch_sites) or any(loop.trip is None for loop in self.graph.loops)
 
     def elevation(self, record: Record | None) -> Elevation:
         for elev in self.elevations:
@@ -62,8 +64,45 @@ class Plan:
             name = f"adjoint_{self.graph.name}"
             source = generate_source(program, name, backend)
             ns = torch_namespace(program, like) if backend == "torch" else jax_namespace(program, like.dtype)
-            self.compiled[key] = Compiled(program, source, compile_source(source, name, ns))
+            fn = compile_source(source, name, ns)
+            if backend == "torch" and getattr(like.device, "type", "cpu") == "cpu" and self.use_numba:
+                fn = _numba_or(fn, program, name, wrt)
+            self.compiled[key] = Compiled(program, source, fn)
         return self.compiled[key]
+
+
+def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Callable:
+    """The Numba-compiled adjoint with torch in and out; ``torch_fn`` if Numba cannot compile it."""
+    try:
+        import numpy as np
+        import torch
+
+        from sparsad.coarsen.numba_backend import compile_numba, to_numba_args
+        _source, jitted = compile_numba(program, name, list(wrt))
+    except ImportError:
+        return torch_fn
+    n_in, n_par = len(program.inputs), len(program.params)
+    state = {"fn": None}
+
+    def run(*args):
+        if state["fn"] is torch_fn:
+            return torch_fn(*args)
+        values = to_numba_args(args[:n_in], args[n_in:n_in + n_par], args[n_in + n_par:])
+        if state["fn"] is None:
+            try:
+                result = jitted(*values)
+            except Exception:  # Numba cannot type this program: keep the torch code
+                state["fn"] = torch_fn
+                return torch_fn(*args)
+            state["fn"] = jitted
+        else:
+            result = jitted(*values)
+        out = [None] * n_in
+        for i, r in zip(wrt, result):
+            out[i] = torch.from_numpy(np.ascontiguousarray(r)) if isinstance(r, np.ndarray) else float(r)
+        return tuple(out)
+
+    return run
 
 
 def param_values(elev: Elevation, record: Record | None) -> list:

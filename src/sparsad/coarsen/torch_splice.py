@@ -19,6 +19,8 @@ from sparsad.coarsen.plan import Compiled, Plan, fallback_warning, param_values
 def fit_gradient(value, like: torch.Tensor) -> torch.Tensor:
     """A generated gradient as a tensor of ``like``'s shape, dtype and device."""
     if not isinstance(value, torch.Tensor):
+        if like.dim() == 0:
+            return torch.tensor(float(value), dtype=like.dtype, device=like.device)
         return torch.full(like.shape, float(value), dtype=like.dtype, device=like.device)
     if value.shape != like.shape:
         value = value.expand(like.shape) if value.dim() <= like.dim() else value.reshape(like.shape)

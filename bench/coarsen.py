@@ -1,0 +1,156 @@
+"""Coarsening benchmarks (paper Table 1 / Table 3): differentiation and end-to-end gradient time.
+
+For every application and configuration, in one run:
+
+* torch: primal with autograd recording, ``backward`` alone (differentiation), primal+backward
+  (end to end), and the primal under ``no_grad``;
+* coarsened (torch): ``backward`` through the spliced generated adjoint (differentiation) and
+  ``sparsad.coarsen.grad`` (end to end: recording primal only when control flow needs it);
+* JAX: ``jax.jit(f)`` and ``jax.jit(jax.grad(f))`` (BGDHyperOpt: the ``lax.scan`` form, since
+  ``jit`` cannot run its data-dependent ``break``), and ``sparsad.coarsen.grad`` on JAX arrays.
+
+Ratios are against the competitor measured in the same run.  Run:
+``.venv/bin/python -m bench.coarsen`` (``--quick`` for configuration 1 only).
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import torch
+
+from bench.common import best_time, plot_bars, print_table, write_csv
+
+APP_NAMES = ["BGDHyperOpt", "Brachistochrone", "HMC", "HookeanSpring", "CartPole"]
+
+
+def _torch_rows(name: str, config: int, repeat: int) -> dict:
+    import sparsad.coarsen as coarsen
+    from sparsad.coarsen import apps
+
+    fn, _, make, argnums = apps.APPS[name]
+    tensors, static = make(config)
+    args = tensors + static
+    leaves = [t.clone().requires_grad_(i in argnums) for i, t in enumerate(tensors)]
+
+    def primal_graph():
+        return fn(*leaves, *static)
+
+    def primal_plain():
+        with torch.no_grad():
+            return fn(*tensors, *static)
+
+    def end_to_end():
+        out = fn(*leaves, *static)
+        out.backward()
+
+    out = primal_graph()
+    t_primal_graph = best_time(primal_graph, repeat=repeat)
+    t_primal = best_time(primal_plain, repeat=repeat)
+    t_e2e = best_time(end_to_end, repeat=repeat)
+    t_diff = best_time(lambda: out.backward(retain_graph=True), repeat=repeat)
+
+    wrapped = coarsen.symbolic(fn)
+    grad_fn = coarsen.grad(wrapped, argnums=argnums)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", coarsen.CoarsenFallbackWarning)
+        grad_fn(*args)  # builds and checks the adjoint once (compile time, not timed)
+        spliced = wrapped(*leaves, *static)
+        spliced.backward(retain_graph=True)
+    t_c_diff = best_time(lambda: spliced.backward(retain_graph=True), repeat=repeat)
+    t_c_e2e = best_time(lambda: grad_fn(*args), repeat=repeat)
+    t_c_forward = best_time(lambda: wrapped(*leaves, *static), repeat=repeat)
+    size = tensors[0].shape[0] if name != "CartPole" else tensors[1].shape[0]
+    return {
+        "app": name, "config": config, "size": int(size),
+        "torch_primal_ms": 1e3 * t_primal, "torch_primal_graph_ms": 1e3 * t_primal_graph,
+        "torch_diff_ms": 1e3 * t_diff, "torch_e2e_ms": 1e3 * t_e2e,
+        "coarsen_diff_ms": 1e3 * t_c_diff, "coarsen_e2e_ms": 1e3 * t_c_e2e,
+        "coarsen_forward_ms": 1e3 * t_c_forward,
+        "diff_speedup_vs_torch": t_diff / t_c_diff, "e2e_speedup_vs_torch": t_e2e / t_c_e2e,
+        "coarsen_grad_over_torch_primal": t_c_e2e / t_primal,
+    }
+
+
+def _jax_rows(name: str, config: int, repeat: int, row: dict) -> None:
+    try:
+        import jax
+    except ImportError:  # JAX is optional for the benchmark
+        return
+    jax.config.update("jax_enable_x64", True)
+    import sparsad.coarsen as coarsen
+    from sparsad.coarsen import apps
+
+    _, fj, make, argnums = apps.APPS[name]
+    tensors, static = make(config, backend="jax")
+    args = tensors + static
+    baseline = apps.bgd_hyperopt_scan if name == "BGDHyperOpt" else fj
+    nstatic = len(static)
+    positions = tuple(range(len(tensors)))
+
+    def closed(f):
+        return lambda *ts: f(*ts, *static)
+
+    primal = jax.jit(closed(baseline))
+    gradient = jax.jit(jax.grad(closed(baseline), argnums=argnums))
+    jax.block_until_ready(primal(*tensors))
+    jax.block_until_ready(gradient(*tensors))
+    t_primal = best_time(lambda: jax.block_until_ready(primal(*tensors)), repeat=repeat)
+    t_grad = best_time(lambda: jax.block_until_ready(gradient(*tensors)), repeat=repeat)
+    grad_fn = coarsen.grad(fj, argnums=argnums)
+    jax.block_until_ready(grad_fn(*args))
+    t_c = best_time(lambda: jax.block_until_ready(grad_fn(*args)), repeat=repeat)
+    row.update({
+        "jax_jit_primal_ms": 1e3 * t_primal, "jax_jit_grad_ms": 1e3 * t_grad,
+        "jax_diff_ms": 1e3 * max(t_grad - t_primal, 0.0), "coarsen_jax_e2e_ms": 1e3 * t_c,
+        "diff_speedup_vs_jax_jit_grad": t_grad / (row["coarsen_diff_ms"] / 1e3),
+        "e2e_speedup_vs_jax_jit_grad": t_grad / (row["coarsen_e2e_ms"] / 1e3),
+    })
+    del nstatic, positions
+
+
+def main(quick: bool = False) -> None:
+    configs = (1,) if quick else (1, 2, 3)
+    repeat = 5 if quick else 30
+    rows = []
+    for name in APP_NAMES:
+        for config in configs:
+            row = _torch_rows(name, config, repeat)
+            _jax_rows(name, config, repeat, row)
+            rows.append(row)
+            print(f"  done {name} config {config}", file=sys.stderr)
+    columns = ["app", "config", "size", "torch_diff_ms", "coarsen_diff_ms", "diff_speedup_vs_torch",
+               "torch_e2e_ms", "coarsen_e2e_ms", "e2e_speedup_vs_torch", "jax_jit_grad_ms",
+               "diff_speedup_vs_jax_jit_grad", "e2e_speedup_vs_jax_jit_grad", "torch_primal_ms",
+               "coarsen_grad_over_torch_primal"]
+    print_table(rows, columns)
+    path = write_csv("coarsen", rows)
+    print(f"CSV: {path}")
+    labelled = [dict(r, label=f"{r['app']}-{r['config']}") for r in rows]
+    plot_bars("coarsen", labelled, "label", "diff_speedup_vs_torch",
+              title="differentiation speed-up of coarsening over PyTorch autograd", name="coarsen_diff_vs_torch")
+    plot_bars("coarsen", labelled, "label", "e2e_speedup_vs_torch",
+              title="end-to-end gradient speed-up over PyTorch autograd", name="coarsen_e2e_vs_torch")
+    if "jax_jit_grad_ms" in rows[0]:
+        plot_bars("coarsen", labelled, "label", "e2e_speedup_vs_jax_jit_grad",
+                  title="end-to-end gradient speed-up over jax.jit(jax.grad)", name="coarsen_e2e_vs_jax")
+    _report_targets(rows)
+
+
+def _report_targets(rows: list[dict]) -> None:
+    print("targets:")
+    for r in rows:
+        if r["app"] == "BGDHyperOpt":
+            print(f"  BGDHyperOpt-{r['config']}: differentiation {r['diff_speedup_vs_torch']:.1f}x vs torch autograd "
+                  f"(target 20x), {r.get('diff_speedup_vs_jax_jit_grad', float('nan')):.1f}x vs jax.jit(jax.grad) "
+                  "(target 5x)")
+        if r["app"] == "HookeanSpring":
+            print(f"  HookeanSpring-{r['config']}: coarsened gradient / torch primal = "
+                  f"{r['coarsen_grad_over_torch_primal']:.2f} (target < 1)")
+    slower = [f"{r['app']}-{r['config']}" for r in rows
+              if r["diff_speedup_vs_torch"] < 1 or r["e2e_speedup_vs_torch"] < 1]
+    print("  slower than PyTorch autograd: " + (", ".join(slower) if slower else "none"))
+
+
+if __name__ == "__main__":
+    main(quick="--quick" in sys.argv)
