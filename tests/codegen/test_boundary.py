@@ -236,3 +236,17 @@ def test_errors_name_the_inputs_as_the_caller_named_them():
     kernel = compile_physical(program, types)
     with pytest.raises(FormatError, match="x' at 5"):
         kernel(**{"n": 2, "x'": np.ones(3), "idx": np.array([0, 5])})
+
+
+def test_pattern_output_rejects_overlapping_rows():
+    program = parse("sum(<_, i> in (0:A_len)) { i -> sum(<p, j> in A_idx(A_pos(i):A_pos(i + 1))) "
+                    "{ j -> A_val(p) * 2.0 } }")
+    types = {"A_len": INT, "A_pos": INTS, "A_idx": Dict(Int(dense=True), Int(extent=3)),
+             "A_val": REALS}
+    kernel = compile_physical(program, types)
+    assert kernel.output == "pattern"
+    inputs = {k: csr_inputs()[k] for k in ("A_len", "A_pos", "A_idx", "A_val")}
+    np.testing.assert_allclose(kernel(**inputs).toarray(),
+                               [[2.0, 0.0, 4.0], [0.0, 6.0, 0.0], [8.0, 0.0, 10.0]])
+    with pytest.raises(FormatError, match="non-decreasing"):
+        kernel(**{**inputs, "A_pos": np.array([0, 3, 2, 5], np.int32)})

@@ -112,10 +112,10 @@ def test_batax_dps_writes_into_the_result_without_tmp1_tmp2(make_physical, make_
     assert "tmp" not in kernel.source
 
 
-@pytest.mark.parametrize("output", ["auto", "coo", "dense"])
+@pytest.mark.parametrize("output", ["auto", "workspace", "coo", "dense"])
 @settings(max_examples=12, deadline=None)
 @given(shape=matrices)
-def test_masked_gradient_uses_the_row_workspace(make_physical, make_csr, output, shape):
+def test_masked_gradient_reuses_the_pattern_of_a(make_physical, make_csr, output, shape):
     rows, cols, density, seed = shape
     a = make_csr(rows, cols, density, seed)
     rng = np.random.default_rng(seed)
@@ -126,10 +126,13 @@ def test_masked_gradient_uses_the_row_workspace(make_physical, make_csr, output,
     pattern = a.copy()
     pattern.data[:] = 1.0
     expected = pattern.multiply(np.outer(y, x)).toarray()
-    if output == "auto":
-        assert kernel.output == "workspace" and result.format == "csr"
+    if output in ("auto", "workspace"):
+        assert kernel.output == {"auto": "pattern"}.get(output, output) and result.format == "csr"
         assert result.has_sorted_indices
         assert result.nnz == a.nnz  # exactly A's pattern (explicit zeros kept)
+    if output == "auto":  # A's indptr and indices, values written at A's positions
+        assert (result.indptr == a.indptr).all() and (result.indices == a.indices).all()
+        assert "out_v[p_" in kernel.source and "w_mark" not in kernel.source
     dense = result if isinstance(result, np.ndarray) else result.toarray()
     np.testing.assert_allclose(dense, expected, rtol=1e-12, atol=1e-12)
     assert values_equal(result, evaluate(MASKED, arrays), rtol=1e-12, atol=1e-12)

@@ -395,7 +395,7 @@ class Kernel:
         args = [prepared[n] for n in loops.params] + [sizes[c.name] for c in self._workspaces]
         try:
             while True:
-                out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity)
+                out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared)
                 raw = self.function(*args, *out_args)
                 if not O.overflowed(plan, raw):
                     break
@@ -411,7 +411,7 @@ class Kernel:
             if isinstance(error, numba.core.errors.TypingError):
                 raise UnsupportedError(f"Numba could not compile the kernel: {error}") from None
             raise
-        return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents)
+        return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared)
 
     def _extents(self, prepared, memo) -> list[int | None]:
         result = []
@@ -428,7 +428,9 @@ class Kernel:
         return result
 
     def _check_output(self, prepared, memo, extents) -> None:
-        if self.plan.kind not in ("dense", "coo", "workspace"):
+        if self.plan.kind == "pattern":  # rows must not overlap before values are added
+            O.pattern_rows(self.plan, prepared, int(extents[0]))
+        if self.plan.kind not in ("dense", "coo", "workspace", "pattern"):
             return
         checks, sizes = [], {}
         for d, iv in enumerate(self.loops.key_ivs):

@@ -7,6 +7,11 @@ Output kinds (the destination of destination-passing style):
 - ``dict``       a Numba typed dict (tuple keys when nested), returned as nested Python dicts.
 - ``coo``        triplets appended to growing buffers, then assembled by scipy (duplicates
                  summed) into the requested scipy format: ``csr`` (default), ``csc`` or ``coo``.
+- ``pattern``    the result has the pattern of a CSR input (two-phase assembly with the first
+                 phase for free): when every write is at (row i, column idx(p)) inside the
+                 loop over positions p of row i of that input, the kernel adds into
+                 ``values[p]`` and the result reuses the input's indptr and indices —
+                 the masked gradient of a sparse operand; no marks, no sort, no hashing.
 - ``workspace``  a row workspace (dense accumulator of one row, Gustavson style) for programs
                  whose outermost loop fixes the row key: each row is accumulated densely,
                  its touched columns sorted and appended, giving CSR directly (no sort of all
@@ -19,8 +24,9 @@ Cost model for ``output="auto"`` (decided once, at compile time, from what is kn
   computed from the inputs) — a vector costs O(n) to zero, the same order as reading a dense
   input, and every write is a plain store; otherwise ``dict``;
 - a matrix: it is never made dense automatically (n*m memory would dwarf an O(nnz) kernel):
-  ``workspace`` when the outermost loop fixes the row (O(nnz + rows + cols), sorted rows, no
-  hashing), else ``coo`` assembled to CSR (O(nnz log nnz) for the final sort);
+  ``pattern`` when the writes follow a CSR input's positions (O(nnz of that input)), else
+  ``workspace`` when the outermost loop fixes the row (O(writes + rows + cols), sorted
+  rows), else ``coo`` assembled to CSR (O(writes + rows + cols) plus a sort per row);
 - order 3 and above: ``dense`` when every extent is known and the dense size is at most
   ``DENSE_AUTO_LIMIT`` entries, else ``dict``.
 """
@@ -30,10 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sparsad.codegen.ir import For, LoopProgram, Ref, accumulates
+from sparsad.codegen.ir import (OUTPUT, Accumulate, Assign, For, ForItems, IfThen, Load,
+                                LoopProgram, Num, Op, Ref, accumulates)
 from sparsad.errors import FormatError, InputError, UnsupportedError
 
-OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace")
+OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace", "pattern")
 DENSE_AUTO_LIMIT = 1 << 20
 
 
@@ -42,6 +49,8 @@ class OutputPlan:
     kind: str                 # scalar | dense | dict | coo | workspace
     result_format: str | None = None  # csr | csc | coo for sparse results
     row_var: str | None = None        # the row loop of a workspace output
+    # a pattern output: (rows-loop end, pos array, idx array, ((column var, position var), ...))
+    pattern: tuple | None = None
 
 
 def row_loop(program: LoopProgram) -> For | None:
@@ -60,6 +69,51 @@ def row_loop(program: LoopProgram) -> For | None:
     return loop
 
 
+def input_pattern(program: LoopProgram) -> tuple | None:
+    """(rows end, pos, idx, column->position pairs) when every write of the row loop lands at
+    a position of one CSR input's row: keys (i, j) with `j = idx[p]` inside
+    `for p in range(pos[i], pos[i + 1])` and `for i in range(0, rows)`."""
+    loop = row_loop(program)
+    if loop is None or loop.start != Num(0) or not isinstance(loop.end, (Ref, Num)):
+        return None
+    row = loop.var
+    pairs: dict[str, str] = {}
+    arrays: set[tuple[str, str]] = set()
+
+    def visit(stmts, positions: dict) -> bool:
+        for stmt in stmts:
+            match stmt:
+                case For(var=p, start=Load(array=pos, index=Ref(name=r0), guarded=False),
+                         end=Load(array=pos2, index=Op(op="+", left=Ref(name=r1), right=Num(value=1)),
+                                  guarded=False), body=body) if pos == pos2 and r0 == r1 == row:
+                    inner = dict(positions)
+                    for t in body:
+                        if isinstance(t, Assign) and isinstance(t.value, Load) \
+                                and t.value.index == Ref(p) and not t.value.guarded:
+                            inner[t.name] = (p, pos, t.value.array)
+                    if not visit(body, inner):
+                        return False
+                case For(body=body) | ForItems(body=body):
+                    if not visit(body, positions):
+                        return False
+                case IfThen(then=then, orelse=orelse):
+                    if not (visit(then, positions) and visit(orelse, positions)):
+                        return False
+                case Accumulate(target=target, keys=(_, Ref(name=column))) if target == OUTPUT \
+                        and column in positions:
+                    position, pos, idx = positions[column]
+                    pairs[column] = position
+                    arrays.add((pos, idx))
+                case Accumulate(target=target) if target == OUTPUT:
+                    return False
+        return True
+
+    if not visit(loop.body, {}) or len(arrays) != 1:
+        return None
+    (pos, idx), = arrays
+    return (loop.end, pos, idx, tuple(sorted(pairs.items())))
+
+
 def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool, ...],
                   static_sizes: tuple[int | None, ...] = ()) -> OutputPlan:
     """The output plan for a request (see the module doc for the rules of "auto").
@@ -74,10 +128,13 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
     if depth == 0:
         return OutputPlan("scalar")
     loop = row_loop(program)
+    pattern = input_pattern(program) if depth == 2 else None
     if requested == "auto":
         if depth == 1:
             return OutputPlan("dense" if extent_known[0] else "dict")
         if depth == 2:
+            if pattern is not None and extent_known[1]:
+                return OutputPlan("pattern", "csr", loop.var, pattern)
             if loop is not None and extent_known[1]:
                 return OutputPlan("workspace", "csr", loop.var)
             return OutputPlan("coo", "csr")
@@ -97,6 +154,13 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
     if depth != 2:
         raise UnsupportedError(f"output={requested!r} makes a scipy.sparse matrix, but the result has "
                                f"{depth} modes; use output='dense' or 'dict'")
+    if requested == "pattern":
+        if pattern is None or not extent_known[1]:
+            raise UnsupportedError("output='pattern' needs every write at a position of one CSR "
+                                   "input's rows (a masked result); use output='csr'")
+        return OutputPlan("pattern", "csr", loop.var, pattern)
+    if requested == "csr" and pattern is not None and extent_known[1]:
+        return OutputPlan("pattern", "csr", loop.var, pattern)
     if requested == "workspace":
         if loop is None:
             raise UnsupportedError("output='workspace' needs a program whose outermost loop fixes the "
@@ -119,6 +183,8 @@ def output_params(plan: OutputPlan, depth: int) -> tuple[str, ...]:
         return (*(f"out_k{d}" for d in range(depth)), "out_v")
     if plan.kind == "workspace":
         return ("out_idx", "out_v", "row_nnz", "w_size")
+    if plan.kind == "pattern":
+        return ("out_v",)
     return ()
 
 
@@ -171,6 +237,9 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
         lines += [f"out_k{d}[out_n] = {k}" for d, k in enumerate(keys)]
         lines += [f"out_v[out_n] = {value}", "out_n += 1"]
         return lines
+    if kind == "pattern":
+        position = dict(plan.pattern[3])[keys[1]]
+        return [f"out_v[{position}] += {value}"]
     if kind == "workspace":
         column = keys[1]
         lines = []
@@ -222,8 +291,10 @@ def output_return(plan: OutputPlan, depth: int) -> str:
 # ----- the Python side: buffers in, results out -----
 
 def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dtype,
-                     capacity: int) -> tuple:
-    """The values of output_params for one call."""
+                     capacity: int, inputs: dict | None = None) -> tuple:
+    """The values of output_params for one call (inputs: the prepared kernel inputs)."""
+    if plan.kind == "pattern":
+        return (np.zeros(len(inputs[plan.pattern[2]]), dtype=dtype),)
     if plan.kind == "dense":
         return (np.zeros(tuple(extents), dtype=dtype),)
     if plan.kind == "coo":
@@ -234,10 +305,29 @@ def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dt
     return ()
 
 
+def pattern_rows(plan: OutputPlan, inputs: dict, nrows: int) -> np.ndarray:
+    """The result's indptr for a pattern output; rejects a decreasing pos array."""
+    end, pos_name, _, _ = plan.pattern
+    rows = int(end.value) if isinstance(end, Num) else int(inputs[end.name])
+    pos = np.asarray(inputs[pos_name][: rows + 1], dtype=np.int64)
+    if np.any(np.diff(pos) < 0):
+        raise FormatError(f"{pos_name} must be non-decreasing (it delimits the rows of a CSR input)")
+    indptr = np.full(nrows + 1, pos[-1] if len(pos) else 0, dtype=np.int64)
+    indptr[: len(pos)] = pos
+    return indptr
+
+
 def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
-           extents: list[int | None]):
+           extents: list[int | None], inputs: dict | None = None):
     """The user-facing result from what the kernel returned."""
     import scipy.sparse as sp
+
+    if plan.kind == "pattern":
+        indptr = pattern_rows(plan, inputs, int(extents[0]))
+        first, last = int(indptr[0]), int(indptr[-1])
+        indices = np.array(inputs[plan.pattern[2]][first:last], dtype=np.int64)
+        return sp.csr_matrix((arguments[0][first:last], indices, indptr - first),
+                             shape=(int(extents[0]), int(extents[1])))
 
     if plan.kind == "scalar":
         return int(raw) if leaf == "int" else float(raw)
@@ -296,4 +386,4 @@ def _nested(typed, depth: int, leaf: str) -> dict:
 
 __all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "choose_output", "row_loop",
            "output_params", "output_globals", "output_prologue", "output_accumulate", "row_epilogue",
-           "output_return", "overflowed", "output_arguments", "finish"]
+           "output_return", "overflowed", "output_arguments", "finish", "input_pattern", "pattern_rows"]
