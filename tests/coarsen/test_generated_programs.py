@@ -64,7 +64,7 @@ def programs(draw):
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(source=programs(), values=st.lists(st.floats(-1.5, 1.5), min_size=2, max_size=2),
        vector=st.lists(st.floats(-1.0, 1.0), min_size=4, max_size=4))
 def test_generated_program_derivatives_equal_autograd(source, values, vector):
@@ -74,7 +74,7 @@ def test_generated_program_derivatives_equal_autograd(source, values, vector):
     expected = torch_reference(f, (a, b, v), (0, 1, 2))
     with warnings.catch_warnings():
         warnings.simplefilter("error", CoarsenFallbackWarning)
-        got = coarsen.grad(f, argnums=(0, 1, 2))(a, b, v)
+        got = coarsen.grad(f, argnums=(0, 1, 2), numba=False)(a, b, v)
     for g, e in zip(got, expected):
         scale = max(e.abs().max().item(), 1.0)
         assert (g - e).abs().max().item() <= 1e-10 * scale, source

@@ -21,8 +21,10 @@ def _backend(args) -> str:
 class Coarsened:
     """A function whose derivatives come from coarsening (see ``symbolic``)."""
 
-    def __init__(self, fn: Callable, max_segment: int = 30, closed_forms: bool = True, verify: bool = True):
+    def __init__(self, fn: Callable, max_segment: int = 30, closed_forms: bool = True, verify: bool = True,
+                 numba: bool = True):
         self.fn = fn
+        self.numba = numba
         self.max_segment = max_segment
         self.closed_forms = closed_forms
         self.verify = verify
@@ -41,6 +43,7 @@ class Coarsened:
             except (CoarsenUnsupported, SyntaxError) as why:
                 self.disable(args, why)
                 return None
+            plan.use_numba = self.numba
             self._plans[sig] = plan
         return plan
 
@@ -63,29 +66,26 @@ class Coarsened:
 
 
 def symbolic(fn: Callable | None = None, *, max_segment: int = 30, closed_forms: bool = True,
-             verify: bool = True):
+             verify: bool = True, numba: bool = True):
     """Decorator: ``.backward()`` / ``jax.grad`` of ``fn`` use its generated symbolic adjoint.
 
     ``max_segment`` is the SOI size limit L (operations per segment).  ``verify`` checks each
-    newly compiled adjoint once against plain autograd.  Usable bare or with arguments.
+    newly compiled adjoint once against plain autograd.  ``numba`` compiles CPU torch adjoints
+    with Numba (else they run as generated torch code).  Usable bare or with arguments.
     """
     if fn is None:
-        return lambda f: Coarsened(f, max_segment, closed_forms, verify)
-    return Coarsened(fn, max_segment, closed_forms, verify)
+        return lambda f: Coarsened(f, max_segment, closed_forms, verify, numba)
+    return Coarsened(fn, max_segment, closed_forms, verify, numba)
 
 
-def _inner(fn) -> Coarsened:
-    return fn if isinstance(fn, Coarsened) else Coarsened(fn)
-
-
-def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 30) -> Callable:
+def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 30, numba: bool = True) -> Callable:
     """Gradient function of a scalar-valued ``fn``; the primal runs only to record control flow.
 
     Straight-line functions skip the primal entirely (§3); functions with traced loops or
     branches run a recording primal without autograd.  Returns one gradient for an int
     ``argnums``, a tuple for a sequence.  Unsupported functions fall back to autograd.
     """
-    coarse = _inner(fn) if isinstance(fn, Coarsened) else Coarsened(fn, max_segment)
+    coarse = fn if isinstance(fn, Coarsened) else Coarsened(fn, max_segment, numba=numba)
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
 
