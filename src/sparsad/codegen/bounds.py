@@ -90,10 +90,11 @@ def join(left: IV | None, right: IV | None) -> IV | None:
 def evaluate(iv: IV, inputs: Mapping[str, Any], memo: dict | None = None) -> Interval:
     """The concrete interval of `iv` on these inputs (None when empty)."""
     memo = {} if memo is None else memo
-    if iv in memo:
-        return memo[iv]
+    key = id(iv)  # nodes are immutable and outlive the call; hashing them recursively is slow
+    if key in memo:
+        return memo[key]
     result = _evaluate(iv, inputs, memo)
-    memo[iv] = result
+    memo[key] = result
     return result
 
 
