@@ -89,12 +89,17 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 3
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
 
+    fast: dict = {}  # signature -> ready-made call, for straight-line code on torch
+
     def gradient(*args):
+        ready = fast.get(signature(args)) if fast else None
+        if ready is not None:
+            return ready(args)
         plan = coarse.plan(args)
         backend = _backend(args)
         if plan is not None:
             try:
-                return _symbolic_gradient(coarse, plan, args, nums, single, backend)
+                return _symbolic_gradient(coarse, plan, args, nums, single, backend, fast)
             except (CoarsenUnsupported, NotImplementedError) as why:
                 coarse.disable(args, why)
         return _autodiff_gradient(coarse.fn, args, nums, single, backend)
@@ -103,7 +108,7 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 3
     return gradient
 
 
-def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend):
+def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend, fast: dict):
     positions = {node.index: k for k, node in enumerate(plan.graph.inputs)}
     for n in nums:
         if n not in positions:
@@ -135,10 +140,28 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         with torch.no_grad():
             grads = compiled.fn(*tensors, *params, one)
         out = tuple(fit_gradient(grads[positions[n]], args[n]) for n in nums)
+        if not plan.needs_record and compiled.verified:
+            fast[signature(args)] = _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
+                                                [(positions[n], n) for n in nums], one, single)
     else:
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
     return out[0] if single else out
+
+
+def _ready_call(adjoint, tensor_positions, picks, one, single):
+    """Gradient call with every per-signature decision taken: straight to the generated code."""
+    import torch
+
+    from sparsad.coarsen.torch_splice import fit_gradient
+
+    def call(args):
+        with torch.no_grad():
+            grads = adjoint(*[args[i] for i in tensor_positions], one)
+        out = tuple(fit_gradient(grads[k], args[n]) for k, n in picks)
+        return out[0] if single else out
+
+    return call
 
 
 def _autodiff_gradient(fn, args, nums, single, backend):

@@ -18,6 +18,8 @@ from sparsad.coarsen.plan import Compiled, Plan, fallback_warning, param_values
 
 def fit_gradient(value, like: torch.Tensor) -> torch.Tensor:
     """A generated gradient as a tensor of ``like``'s shape, dtype and device."""
+    if type(value) is torch.Tensor and value.shape == like.shape and value.dtype == like.dtype:
+        return value
     if not isinstance(value, torch.Tensor):
         if like.dim() == 0:
             return torch.tensor(float(value), dtype=like.dtype, device=like.device)
@@ -35,8 +37,10 @@ class _Splice(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *cotangents):
+        if torch.is_grad_enabled():
+            raise CoarsenUnsupported("double backward through a coarsened function (create_graph=True) "
+                                     "is not supported; call the function without sparsad.coarsen.symbolic")
         inputs = ctx.saved_tensors
         seeds = [torch.zeros((), dtype=inputs[0].dtype) if g is None else g for g in cotangents]
         grads = ctx.adjoint(*inputs, *ctx.params, *seeds)
