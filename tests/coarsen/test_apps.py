@@ -104,3 +104,22 @@ def test_hmc_generated_code_is_stable_where_naive_autograd_overflows():
     assert rel_err(g, expected) <= 1e-12
     (naive,) = torch_reference(apps.hmc_potential, (beta, Xt, y), (0,))
     assert not torch.isfinite(naive).all()
+
+
+def test_tuple_outputs_and_elementwise_where_through_numba():
+    def step(x, v, a):
+        v2 = v + 0.1 * torch.where(x > 0, -torch.sin(x), x * x) + a
+        x2 = x + 0.1 * v2
+        return x2, torch.relu(v2) * 2.0
+
+    wrapped = coarsen.symbolic(step)
+    base = (torch.linspace(-1, 1, 5, dtype=torch.float64), torch.linspace(0.5, -0.7, 5, dtype=torch.float64),
+            torch.tensor(0.3, dtype=torch.float64))
+    mine = [t.clone().requires_grad_() for t in base]
+    ref = [t.clone().requires_grad_() for t in base]
+    o1, o2 = wrapped(*mine)
+    (3.0 * o1.sum() + (o2 * o2).sum()).backward()
+    p1, p2 = step(*ref)
+    (3.0 * p1.sum() + (p2 * p2).sum()).backward()
+    for m, r in zip(mine, ref):
+        assert rel_err(m.grad, r.grad) <= TOL

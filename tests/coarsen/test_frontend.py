@@ -75,6 +75,7 @@ def test_phi_node_for_traced_if():
     ("    return float(x.sum()) * x.sum()\n", "float()"),
     ("    for i in range(3):\n        if x[i] > 0:\n            return x.sum()\n    return x.sum()\n", "return"),
     ("    return torch.cumsum(x, 0).sum()\n", "cumsum"),
+    ("    return x[x > 0].sum()\n", "unknown when tracing"),  # data-dependent shape
 ])
 def test_unsupported_constructs_are_refused_with_a_reason(body, reason):
     f = load_function("import torch\ndef f(x):\n" + body)
