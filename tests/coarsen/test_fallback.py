@@ -76,3 +76,29 @@ def test_float32_inputs_are_supported():
     assert g[0].dtype == torch.float32
     for got, expected in zip(g, torch_reference(apps.spring_energy, (px, py), (0, 1))):
         assert rel_err(got.double(), expected) <= 1e-5
+
+
+def test_unrolled_loop_with_ever_changing_trip_count_gives_up_after_a_few_variants(monkeypatch):
+    from sparsad.coarsen import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "MAX_UNROLLED_VARIANTS", 2)
+    f = load_function(
+        "import torch\n"
+        "def f(x, limit):\n"
+        "    s = x * 1.0\n"
+        "    k = 0\n"
+        "    while k < 50:\n"
+        "        k += 1\n"
+        "        if torch.sum(s) > limit:\n"
+        "            break\n"
+        "        s = torch.sin(s) + s * 1.2\n"  # no closed form: unrolled per trip count
+        "    return torch.sum(s * s)\n")
+    wrapped = coarsen.symbolic(f, numba=False)
+    x = torch.tensor([0.2, 0.3], dtype=torch.float64)
+    with pytest.warns(CoarsenFallbackWarning, match="trip count"):
+        for value in range(1, 14):
+            limit = torch.tensor(float(value), dtype=torch.float64)  # a tensor: same call signature
+            leaf = x.clone().requires_grad_()
+            wrapped(leaf, limit).backward()
+            (expected,) = torch_reference(f, (x, limit), (0,))
+            assert rel_err(leaf.grad, expected) <= 1e-10

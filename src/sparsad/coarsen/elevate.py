@@ -280,9 +280,11 @@ class Elevator:
     def _loop(self, loop: ssa.Loop, ctx: _Ctx):
         inits = [None if n is None else self.ev(n, ctx) for n in loop.inits]
         if self.closed_forms:
+            params_before = dict(self.params)
             try:
                 return self._closed_form(loop, ctx, inits)
             except NoClosedForm as why:
+                self.params = params_before  # the trip-count symbol of the failed attempt is not used
                 if ctx.analysis:
                     raise
                 self.notes.append(f"loop at line {loop.site[0]}: no closed form ({why}); "

@@ -19,6 +19,9 @@ from sparsad.coarsen.frontend import CoarsenUnsupported, trace
 from sparsad.coarsen.record import Record, instrument
 
 
+MAX_UNROLLED_VARIANTS = 8  # distinct recorded trip counts of unrolled loops before giving up
+
+
 class CoarsenFallbackWarning(UserWarning):
     """Coarsening could not handle a function; plain autograd is used (the message says why)."""
 
@@ -53,6 +56,10 @@ class Plan:
                 return elev
             if record is None and not elev.assumptions:
                 return elev
+        if len(self.elevations) >= MAX_UNROLLED_VARIANTS:
+            raise CoarsenUnsupported(
+                f"a loop without closed form changes its trip count from call to call "
+                f"({MAX_UNROLLED_VARIANTS} unrolled variants compiled already)")
         elev = elevate(self.graph, record, self.max_segment, self.closed_forms)
         self.elevations.append(elev)
         return elev
