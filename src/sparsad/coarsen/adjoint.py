@@ -124,7 +124,6 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
         terms = adjoint_terms.get(sym, [])
         results.append(sp.Add(*terms) if terms else sp.Integer(0))
 
-    forward = [(seg.sym, seg) for seg in segments if seg.kind != "view"]
     program = _assemble(segments, statements, results, shapes)
     params = [p.sym for p in elev.params]
     return AdjointProgram(list(elev.inputs), params, seeds, program[0], program[1], shapes, views,

@@ -158,9 +158,6 @@ class Elevator:
     def size(self, expr) -> int:
         return tree_size(expr, self.sizes)
 
-    def shape_of(self, node: ssa.Node) -> tuple[int, ...]:
-        return node.shape
-
     def vsum(self, body: sp.Expr, length: int) -> sp.Expr:
         return hoist_sum(body, length, self.shapes, self.carried_syms)
 

@@ -41,7 +41,6 @@ DYNAMIC = _Dynamic()
 UNARY = {"exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "abs", "sigmoid", "softplus", "relu",
          "log1p", "expm1", "square", "neg", "sinh", "cosh", "asin", "acos", "atan", "erf", "sign"}
 BINARY = {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}
-COMPARE = {"gt", "ge", "lt", "le", "eq", "ne"}
 _ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "fabs": "abs", "absolute": "abs",
             "multiply": "mul", "add": "add", "subtract": "sub", "divide": "div", "true_divide": "div",
             "power": "pow", "pow": "pow", "negative": "neg", "max": "maximum", "min": "minimum"}
@@ -49,7 +48,6 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.
 _CMPOPS = {ast.Gt: "gt", ast.GtE: "ge", ast.Lt: "lt", ast.LtE: "le", ast.Eq: "eq", ast.NotEq: "ne"}
 _PYCMP = {"gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b,
           "le": lambda a, b: a <= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
-_TENSOR_MODULES = {"torch", "jax.numpy", "numpy", "math", "jax.nn", "torch.nn.functional"}
 
 
 def function_ast(fn: Callable) -> tuple[ast.FunctionDef, int]:
@@ -104,7 +102,7 @@ class _Return(Exception):
 class Tracer:
     """Walks a function body, building SSA nodes.  ``trace`` is the entry point."""
 
-    def __init__(self, fn: Callable, args: tuple, arg_names: list[str]):
+    def __init__(self, fn: Callable):
         self.fn = fn
         self.globals = dict(fn.__globals__)
         if fn.__closure__:
@@ -145,11 +143,7 @@ class Tracer:
         if not any(isinstance(a, ssa.Node) for a in args):
             return _static_apply(name, args)
         nodes = tuple(self.const(a) for a in args)
-        if name == "where":
-            shape = _broadcast(*(n.shape for n in nodes))
-        else:
-            shape = _broadcast(*(n.shape for n in nodes))
-        return ssa.Op(shape, name, nodes)
+        return ssa.Op(_broadcast(*(n.shape for n in nodes)), name, nodes)
 
     # ------------------------------------------------------------ expressions
     def ev(self, node: ast.expr, env: dict) -> Any:
@@ -654,7 +648,7 @@ def trace(fn: Callable, args: tuple) -> ssa.Graph:
     full = list(args) + defaults[len(defaults) - (len(names) - len(args)):] if len(args) < len(names) else list(args)
     if len(full) != len(names):
         raise CoarsenUnsupported(f"{fn.__name__}: missing arguments")
-    tracer = Tracer(fn, tuple(full), names)
+    tracer = Tracer(fn)
     env: dict[str, Any] = {}
     inputs = []
     for position, (name, value) in enumerate(zip(names, full)):

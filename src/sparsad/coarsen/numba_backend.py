@@ -14,7 +14,7 @@ import sympy as sp
 
 from sparsad.coarsen.adjoint import AdjointProgram, _ViewRef
 from sparsad.coarsen.codegen import Printer, _key_text, identifier
-from sparsad.coarsen.symbolic import Scatter, Sigmoid, Softplus, VSum, shape_of
+from sparsad.coarsen.symbolic import Scatter, VSum, shape_of
 
 _NP = {"exp": "np.exp", "log": "np.log", "sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "tanh": "np.tanh",
        "sinh": "np.sinh", "cosh": "np.cosh", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",

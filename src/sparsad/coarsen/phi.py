@@ -21,7 +21,6 @@ from typing import Callable
 
 import sympy as sp
 
-from sparsad.coarsen.symbolic import VSum
 
 
 class NoClosedForm(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from sparsad.coarsen import ssa
 from sparsad.coarsen.adjoint import AdjointProgram, differentiate

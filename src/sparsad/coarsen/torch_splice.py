@@ -8,12 +8,10 @@ derivative is never returned.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from sparsad.coarsen.frontend import CoarsenUnsupported
-from sparsad.coarsen.plan import Compiled, Plan, fallback_warning, param_values
+from sparsad.coarsen.plan import Compiled, Plan, param_values
 
 
 def fit_gradient(value, like: torch.Tensor) -> torch.Tensor:
