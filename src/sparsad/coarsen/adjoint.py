@@ -104,8 +104,9 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
             adjoint_terms.setdefault(seg.base, []).append(Scatter(adj, sp.Integer(index)))
             continue
         body_shape = shape_of(seg.expr, shapes) if seg.kind == "reduce" else seg.shape
-        for u in sorted(seg.expr.free_symbols & active, key=str):
-            d = tidy(sp.diff(seg.expr, u))
+        partials = segment_gradient(seg.expr, seg.expr.free_symbols & active)
+        for u in sorted(partials, key=str):
+            d = tidy(partials[u])
             if d == 0:
                 continue
             contribution = adj * d
@@ -128,6 +129,77 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
     params = [p.sym for p in elev.params]
     return AdjointProgram(list(elev.inputs), params, seeds, program[0], program[1], shapes, views,
                           dict(elev.iotas))
+
+
+def segment_gradient(expr: sp.Expr, targets: set) -> dict:
+    """All partial derivatives of ``expr`` w.r.t. ``targets`` in one reverse sweep over its DAG.
+
+    Local rules for sums, products, powers and functions with ``fdiff``; a ``Piecewise`` (φ) is
+    differentiated by ``sympy.diff`` so each arm keeps its own derivative (C2) and an arm that is
+    not taken never multiplies a NaN by zero.
+    """
+    targets = set(targets)
+    if not targets:
+        return {}
+    order: list = []
+    seen: set = set()
+    depends: dict = {}
+
+    def visit(node):
+        if node in seen:
+            return
+        seen.add(node)
+        if isinstance(node, sp.Piecewise) or not node.args:
+            order.append(node)
+            return
+        for arg in node.args:
+            visit(arg)
+        order.append(node)
+
+    visit(expr)
+    for node in order:
+        depends[node] = bool(node.free_symbols & targets) if node.args or node in targets else False
+    terms: dict = {expr: [sp.Integer(1)]}
+    grads: dict = {}
+    for node in reversed(order):
+        if node not in terms or not depends.get(node, node in targets):
+            continue
+        adj = sp.Add(*terms.pop(node))
+        if node in targets:
+            grads[node] = adj
+            continue
+
+        def push(arg, factor):
+            if depends.get(arg, arg in targets):
+                terms.setdefault(arg, []).append(adj * factor)
+
+        if isinstance(node, sp.Add):
+            for arg in node.args:
+                push(arg, sp.Integer(1))
+        elif isinstance(node, sp.Mul):
+            args = node.args
+            for i, arg in enumerate(args):
+                if depends.get(arg, arg in targets):
+                    push(arg, sp.Mul(*(args[:i] + args[i + 1:])))
+        elif isinstance(node, sp.Pow):
+            base, expo = node.args
+            push(base, expo * base ** (expo - 1))
+            if depends.get(expo, expo in targets):
+                push(expo, sp.log(base) * node)
+        elif isinstance(node, sp.Function) and not isinstance(node, (sp.Piecewise, VSum, Scatter)):
+            for i, arg in enumerate(node.args):
+                if depends.get(arg, arg in targets):
+                    push(arg, node.fdiff(i + 1))
+        else:  # Piecewise and anything without a local rule: SymPy differentiates it whole
+            for u in node.free_symbols & targets:
+                d = sp.diff(node, u)
+                if d != 0:
+                    grads.setdefault(u, sp.Integer(0))
+                    terms.setdefault(u, []).append(adj * d)
+    for u, rest in terms.items():
+        if u in targets:
+            grads[u] = grads.get(u, sp.Integer(0)) + sp.Add(*rest)
+    return {u: g for u, g in grads.items() if g != 0}
 
 
 def _assemble(segments, adjoint_statements, results, shapes):
