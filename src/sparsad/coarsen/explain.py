@@ -63,7 +63,9 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
     if wrt:
         try:
             compiled = plan.adjoint(elev, wrt, backend, tensors[wrt[0]])
-            lines.append("generated adjoint:")
+            where = ("compiled with Numba for CPU tensors (same statements, scalars unboxed)"
+                     if backend == "torch" and coarse.numba else backend)
+            lines.append(f"generated adjoint ({where}):")
             lines.extend("  " + line for line in compiled.source.rstrip().splitlines())
         except (CoarsenUnsupported, NotImplementedError) as why:
             lines.append(f"no adjoint: {why}")
