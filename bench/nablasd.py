@@ -208,8 +208,11 @@ def dense_flops(case: Case) -> float:
     return 4.0 * n
 
 
-def dense_bytes(case: Case) -> int:
-    return 8 * case.n * case.n if case.kernel in MATRIX_KERNELS + ("vva",) else 8 * case.n
+def dense_bytes(case: Case, tool: str = "jax-dense") -> int:
+    """Bytes of the largest dense array: the matrix, the n x n Jacobian of VVA, and for VSM under
+    torch.func.jacrev the n x n cotangent basis (reverse mode pulls back one output at a time)."""
+    square = case.kernel in MATRIX_KERNELS + ("vva",) or (case.kernel == "vsm" and tool == "torch-dense")
+    return 8 * case.n * case.n if square else 8 * case.n
 
 
 def torch_dense(case: Case, inputs: dict) -> Callable[[], Any]:
@@ -371,15 +374,33 @@ COMPETITORS = {"scipy": scipy_closed_form, "torch-dense": torch_dense, "torch-sp
 
 # -- measuring ----------------------------------------------------------------------------------------
 
+def _product_pairs(case: Case) -> float:
+    """Multiply-adds of the sparse product A B (SMMM): nnz(A) times B's entries per row."""
+    return case.A.nnz * (case.B.nnz / case.n)
+
+
 def _work(case: Case, tool: str) -> float:
     """What a tool's time should scale with (for estimating a skipped size from a measured one)."""
     if tool in ("torch-dense", "jax-dense"):
         return dense_flops(case)
     if case.kernel == "batax":
         return batax_output_nnz(case.n, case.nnz) + case.nnz + case.n
+    if case.kernel == "smmm" and tool in ("sparsad", "torch-sparse", "sparsad-dict"):
+        return _product_pairs(case) + case.nnz + case.n
     if case.kernel in VECTOR_KERNELS:
         return case.nnz + (case.n if case.kernel == "vva" else 0) + 1.0
     return float(case.nnz + case.n)
+
+
+def _bytes(case: Case, tool: str) -> float:
+    """Rough peak memory of a tool's derivative (dense operands, dense Jacobians, sparse products)."""
+    if tool in ("torch-dense", "jax-dense"):
+        return dense_bytes(case, tool)
+    if tool == "jax-bcoo" and case.kernel in ("batax", "vva"):
+        return 8.0 * case.n * case.n  # a dense Jacobian (batax) / a dense cotangent basis (vva)
+    if tool == "torch-sparse" and case.kernel == "smmm":  # measured: ~500 bytes per product pair
+        return 600.0 * _product_pairs(case)
+    return 0.0
 
 
 def _estimate(cfg: Config, case: Case, tool: str) -> float | None:
@@ -400,9 +421,9 @@ def _learn(cfg: Config, case: Case, tool: str, seconds: float) -> None:
 def _skip_reason(cfg: Config, case: Case, tool: str) -> tuple[str, float | None] | None:
     if cfg.elapsed() > cfg.total_s:
         return "skipped: whole-run time budget spent", None
-    if tool in ("torch-dense", "jax-dense") or (tool == "jax-bcoo" and case.kernel in ("batax",)):
-        if dense_bytes(case) > DENSE_LIMIT_BYTES:
-            return f"too large: dense operand {dense_bytes(case) / 1e9:.0f} GB", None
+    if _bytes(case, tool) > DENSE_LIMIT_BYTES:
+        what = "dense operand or Jacobian" if tool.endswith("dense") else "intermediate"
+        return f"too large: {what} ~{_bytes(case, tool) / 1e9:.3g} GB", None
     if (case.kernel, tool) in cfg.unsupported:
         return f"unsupported: {cfg.unsupported[(case.kernel, tool)]}", None
     est = _estimate(cfg, case, tool)
@@ -468,10 +489,10 @@ def measure_competitor(cfg: Config, case: Case, inputs: dict, tool: str) -> tupl
     try:
         fn = COMPETITORS[tool](case, inputs)
         result, first, steady = _first_and_steady(cfg, fn)
-    except MemoryError:
-        return _row(case, tool, status="too large", note="MemoryError"), None
     except Exception as error:
         message = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"[:300]
+        if isinstance(error, MemoryError) or "allocat" in message.lower():
+            return _row(case, tool, status="too large", note=f"out of memory under the run's limit: {message}"), None
         cfg.unsupported[(case.kernel, tool)] = message
         return _row(case, tool, status="unsupported", note=message), None
     compile_s = max(first - steady, 0.0) if tool.startswith("jax") else ""
@@ -610,8 +631,8 @@ def table1_cases(cfg: Config) -> list[Case]:
 
 def ablation_rows(cfg: Config) -> list[dict]:
     """§7.4 / Fig. 16: BATAx with no normalization, normalization, + DPS, all passes; array vs dict."""
-    n = 200 if cfg.quick else 1000
-    exponents = [4] if cfg.quick else [6, 8, 10, 12, 14]
+    n = 200 if cfg.quick else 2000
+    exponents = [4] if cfg.quick else [14, 12, 10, 8, 6]  # sparse first: estimates guard the dense end
     variants = {"no-opt": ABLATION["no-opt"], "full": ABLATION["full"]} if cfg.quick else ABLATION
     rows = []
     for e in exponents:
@@ -740,10 +761,26 @@ def make_plots(rows: list[dict]) -> list:
 
 
 COLUMNS = ("kernel", "group", "matrix", "n", "nnz", "log2_density", "tool", "status", "compile_s", "run_s",
-           "ratio", "max_rel_err")
+           "est_run_s", "ratio", "max_rel_err")
+
+
+MEMORY_LIMIT_BYTES = 10 * 1024**3  # the run's own heap limit: a runaway tool fails, the machine does not
 
 
 def main(quick: bool = False) -> None:
+    import resource
+
+    old_limit = resource.getrlimit(resource.RLIMIT_DATA)
+    hard = old_limit[1]
+    if hard == resource.RLIM_INFINITY or hard > MEMORY_LIMIT_BYTES:
+        resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_LIMIT_BYTES, hard))
+    try:
+        _main(quick)
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, old_limit)
+
+
+def _main(quick: bool) -> None:
     cfg = Config(quick=quick)
     if quick:
         cfg.repeat, cfg.budget_s, cfg.cap_s, cfg.total_s = 2, 0.2, 1.0, 60.0
@@ -767,6 +804,8 @@ def main(quick: bool = False) -> None:
         cases = build(cfg)
         for case in cases:
             rows += run_case(cfg, case, dict_output=case.group == "real")
+            print(f"    [{cfg.elapsed():5.0f} s] {case.kernel} {case.group} {case.matrix} n={case.n} "
+                  f"nnz={case.nnz}", file=sys.stderr, flush=True)
         print(f"  {label}: {len(cases)} cases in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     t0 = time.perf_counter()
     rows += ablation_rows(cfg)
@@ -776,6 +815,8 @@ def main(quick: bool = False) -> None:
         r.setdefault("output", "")
     print_table(rows, COLUMNS)
     path = write_csv(SUITE, rows)
+    for stale in path.parent.glob(f"{SUITE}_*.png"):  # plots of an earlier run with other sizes
+        stale.unlink()
     plots = make_plots(rows)
     print(f"\nwrote {path} and {len(plots)} plots in {path.parent} ({cfg.elapsed():.0f} s)")
     print("\n== targets (issue 4, part 6) ==")
