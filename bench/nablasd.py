@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import os
 
-# Single-threaded competitors: these must be set before numba / jax are first imported.
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+import sys
+
+# Single-threaded competitors: these must be set before numba / jax are first imported. Once
+# numba is loaded (inside a test run), changing the variable would make numba refuse to compile,
+# so then `_main` lowers the thread count with numba.set_num_threads instead.
+if "numba" not in sys.modules:
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 _XLA_SINGLE = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 if _XLA_SINGLE not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _XLA_SINGLE).strip()
 
 import math
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
