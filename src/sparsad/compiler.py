@@ -24,7 +24,7 @@ from sparsad.lang.types import Dict, extents
 from sparsad.opt.pipeline import OPTIONAL_PASSES, optimize
 from sparsad.opt.storage import physical_inputs
 
-STAGES = ("source", "sparsity", "storage", "fuse", "eqsat", "normalize", "fuse-normalized", "dps",
+STAGES = ("source", "sparsity", "storage", "fuse", "aggregate", "eqsat", "normalize", "fuse-normalized", "dps",
           "cse", "optimized", "physical", "code")
 
 

@@ -17,6 +17,7 @@ from sparsad.lang.syntax import Let, Singleton, Sum, walk
 from sparsad.lang.typecheck import value_type
 from sparsad.lang.types import REAL, tensor
 from sparsad.lang.values import values_equal
+from sparsad.opt.aggregate import aggregate
 from sparsad.opt.anf import to_anf
 from sparsad.opt.cse import eliminate_common_subexpressions
 from sparsad.opt.dps import push_singletons_inward
@@ -29,6 +30,7 @@ from sparsad.programs import PAPER_PROGRAMS, random_inputs
 
 LOGICAL_PASSES = {
     "anf": lambda e, t: to_anf(e),
+    "aggregate": aggregate,
     "sparsity": propagate_sparsity,
     "fuse": fuse,
     "normalize": normalize_products,

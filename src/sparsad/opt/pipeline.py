@@ -1,6 +1,6 @@
 """The order of the passes (∇SD Fig. 8): each a pure function Program -> Program.
 
-    sparsity -> storage -> fuse -> eqsat -> normalize -> fuse -> dps -> cse
+    sparsity -> storage -> fuse -> aggregate -> eqsat -> normalize -> fuse -> dps -> cse
 
 `optimize` records every stage so that each can be shown and checked by the interpreter.
 """
@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from sparsad.lang.syntax import Expr
 from sparsad.lang.types import Type
+from sparsad.opt.aggregate import aggregate
 from sparsad.opt.cse import eliminate_common_subexpressions
 from sparsad.opt.dps import push_singletons_inward
 from sparsad.opt.fuse import fuse
@@ -19,7 +20,7 @@ from sparsad.opt.egraph import saturate
 from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
-OPTIONAL_PASSES = frozenset({"eqsat", "normalize", "dps", "cse"})
+OPTIONAL_PASSES = frozenset({"aggregate", "eqsat", "normalize", "dps", "cse"})
 
 
 def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
@@ -40,6 +41,8 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
     expr = stages["sparsity"] = propagate_sparsity(expr, dict(types))
     expr = stages["storage"] = compose_storage(expr, stored)
     expr = stages["fuse"] = fuse(expr, physical_types)
+    if "aggregate" in passes:
+        expr = stages["aggregate"] = aggregate(expr, physical_types)
     if "eqsat" in passes:
         expr = stages["eqsat"] = saturate(expr, physical_types, loop_sizes(stored))
     if "normalize" in passes:
