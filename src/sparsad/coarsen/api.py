@@ -89,12 +89,14 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 3
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
 
-    fast: dict = {}  # signature -> ready-made call, for straight-line code on torch
+    fast: dict = {}  # signature -> ready-made call (torch; straight-line code, or a Numba-recorded primal)
 
     def gradient(*args):
         ready = fast.get(signature(args)) if fast else None
         if ready is not None:
-            return ready(args)
+            result = ready(args)
+            if result is not _MISS:
+                return result
         plan = coarse.plan(args)
         backend = _backend(args)
         if plan is not None:
@@ -115,14 +117,7 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
             raise CoarsenUnsupported(f"argument {n} is not a tensor")
     wrt = tuple(sorted(positions[n] for n in nums))
     tensors = [args[node.index] for node in plan.graph.inputs]
-    record = None
-    if plan.needs_record:
-        if backend == "torch":
-            import torch
-            with torch.no_grad():
-                _, record = plan.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
-        else:
-            _, record = plan.run(*args)
+    record = plan.recorded(args, backend) if plan.needs_record else None
     elev = plan.elevation(record)
     if len(elev.outputs) != 1 or plan.graph.outputs[0].shape != ():
         raise CoarsenUnsupported("grad needs a function with one scalar output")
@@ -143,6 +138,9 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         if not plan.needs_record and compiled.verified:
             fast[signature(args)] = _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
                                                 [(positions[n], n) for n in nums], one, single)
+        elif (compiled.verified and getattr(plan.fast_primal, "run_values", None) is not None
+              and getattr(compiled.fn, "direct", lambda: None)() is not None):
+            fast[signature(args)] = _ready_recorded_call(plan, wrt, nums, positions, single, tensors[wrt[0]])
     else:
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
@@ -159,6 +157,55 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
         with torch.no_grad():
             grads = adjoint(*[args[i] for i in tensor_positions], one)
         out = tuple(fit_gradient(grads[k], args[n]) for k, n in picks)
+        return out[0] if single else out
+
+    return call
+
+
+_MISS = object()  # a ready-made call could not serve these arguments: take the general path
+
+
+def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, like):
+    """Gradient call for code with recorded control flow whose primal runs under Numba.
+
+    The Numba primal returns the record and the arguments as NumPy arrays/floats; the same
+    values go straight into the jitted adjoint (no second conversion, no torch operations).
+    Anything unusual (a tensor off the CPU, an elevation not compiled yet, an overflowing event
+    log) returns ``_MISS`` and the general path runs.
+    """
+    import numpy as np
+    import torch
+
+    from sparsad.coarsen.torch_splice import fit_gradient
+
+    primal = plan.fast_primal
+    tensor_positions = [node.index for node in plan.graph.inputs]
+    key_tail = (wrt, "torch", str(like.dtype), str(like.device))
+    picks = [(wrt.index(positions[n]), n) for n in nums]
+    cache: dict = {}  # id(elevation) -> jitted adjoint
+
+    def call(args):
+        for i in tensor_positions:
+            if args[i].device.type != "cpu":
+                return _MISS
+        result = primal.run_values(args)
+        if result is None:
+            return _MISS
+        _, record, values = result
+        elev = plan.elevation(record)
+        jitted = cache.get(id(elev))
+        if jitted is None:
+            compiled = plan.compiled.get((id(elev),) + key_tail)
+            if compiled is None or not compiled.verified or getattr(compiled.fn, "direct", None) is None:
+                return _MISS
+            jitted = compiled.fn.direct()
+            if jitted is None:
+                return _MISS
+            cache[id(elev)] = jitted
+        params = [float(v) if isinstance(v, bool) else v for v in param_values(elev, record)]
+        grads = jitted(*[values[i] for i in tensor_positions], *params, 1.0)
+        out = tuple(fit_gradient(torch.from_numpy(np.ascontiguousarray(grads[k])) if isinstance(grads[k], np.ndarray)
+                                 else float(grads[k]), args[n]) for k, n in picks)
         return out[0] if single else out
 
     return call

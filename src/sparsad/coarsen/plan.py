@@ -20,6 +20,7 @@ from sparsad.coarsen.record import Record, instrument
 
 
 MAX_UNROLLED_VARIANTS = 8  # distinct recorded trip counts of unrolled loops before giving up
+FAST_PRIMAL_AFTER = 2      # `grad` compiles the recording primal with Numba at this call of a signature
 
 
 class CoarsenFallbackWarning(UserWarning):
@@ -44,11 +45,74 @@ class Plan:
     elevations: list = field(default_factory=list)
     compiled: dict = field(default_factory=dict)
     use_numba: bool = True
+    sites: list = field(default_factory=list)   # the recorded sites (loops, then traced ifs)
+    primal_calls: int = 0
+    fast_primal: object = None  # NumbaPrimal once compiled and checked; a str saying why not; None: not yet
 
     @property
     def needs_record(self) -> bool:
         """Trip counts of ``while`` loops and decisions of traced ``if``s only exist at run time."""
         return bool(self.graph.branch_sites) or any(loop.trip is None for loop in self.graph.loops)
+
+    def recorded(self, args: tuple, backend: str) -> Record:
+        """The record of one run of the primal on ``args`` (its outputs are not needed).
+
+        On CPU float64 torch tensors, from the ``FAST_PRIMAL_AFTER``-th call of the signature on,
+        the primal runs as a Numba function (``numba_primal``), checked once against the eager
+        recording primal; otherwise the eager recording primal runs under ``no_grad``.
+        """
+        if backend != "torch":
+            return self.run(*args)[1]
+        import torch
+
+        self.primal_calls += 1
+        fast = self.fast_primal
+        if fast is None and self.use_numba and self.primal_calls >= FAST_PRIMAL_AFTER:
+            fast, record = self._tier_up(args)
+            self.fast_primal = fast
+            if record is not None:
+                return record
+        if fast is not None and not isinstance(fast, str):
+            if all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor)):
+                result = fast(args)
+                if result is not None:
+                    return result[1]
+        with torch.no_grad():
+            return self.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])[1]
+
+    def _tier_up(self, args: tuple):
+        """(NumbaPrimal, eager record) when the Numba primal agrees with the eager one, else (reason, None)."""
+        import numpy as np
+        import torch
+
+        from sparsad.coarsen import numba_primal
+
+        reason = numba_primal.eligible(args)
+        if reason is not None:
+            return reason, None
+        try:
+            fast = numba_primal.NumbaPrimal(self.fn, self.sites)
+            result = fast(args)
+        except ImportError as why:
+            return f"Numba is not available ({why})", None
+        except Exception as why:  # translation or Numba typing failed: keep the eager primal
+            return f"not compiled with Numba: {type(why).__name__}: {str(why).splitlines()[0] if str(why) else ''}", None
+        with torch.no_grad():
+            outputs, record = self.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
+        if result is None:
+            return "the Numba primal's event log overflowed", record
+        got, fast_record = result
+        if fast_record.loops != record.loops or fast_record.branches != record.branches:
+            return "the Numba primal recorded other trip counts or decisions than the eager primal", record
+        outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        gots = got if isinstance(got, tuple) else (got,)
+        for o, g in zip(outs, gots):
+            o = o.detach().numpy()
+            g = np.asarray(g, dtype=np.float64)
+            if o.shape != g.shape or not np.allclose(g, o, rtol=1e-9, atol=1e-12 * max(1.0, float(np.nanmax(np.abs(o), initial=0.0))),
+                                                     equal_nan=True):
+                return "the Numba primal's outputs differ from the eager primal's", record
+        return fast, record
 
     def elevation(self, record: Record | None) -> Elevation:
         for elev in self.elevations:
@@ -109,6 +173,11 @@ def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Ca
             out[i] = torch.from_numpy(np.ascontiguousarray(r)) if isinstance(r, np.ndarray) else float(r)
         return tuple(out)
 
+    def direct():
+        """The jitted adjoint (NumPy/float arguments, the wanted gradients out) once it has run."""
+        return jitted if state["fn"] is jitted else None
+
+    run.direct = direct
     return run
 
 
@@ -150,7 +219,7 @@ def signature(args: tuple) -> tuple:
 def build_plan(fn: Callable, args: tuple, max_segment: int, closed_forms: bool) -> Plan:
     graph = trace(fn, args)
     sites = [loop.site for loop in graph.loops] + list(graph.branch_sites)
-    return Plan(fn, graph, instrument(fn, sites), max_segment, closed_forms)
+    return Plan(fn, graph, instrument(fn, sites), max_segment, closed_forms, sites=sites)
 
 
 def fallback_warning(fn: Callable, why: Exception | str) -> None:

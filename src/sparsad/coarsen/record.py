@@ -50,6 +50,12 @@ class Record:
         frame[2] += 1
         self.loops[frame[3]][0] += 1
 
+    def steps(self, site, n: int):
+        """``n`` iterations at once (what ``n`` calls of ``step`` record)."""
+        frame = self._stack[-1]
+        frame[2] += n
+        self.loops[frame[3]][0] += n
+
     def brk(self, site):
         self.loops[self._stack[-1][3]][1] = True
 

@@ -1,0 +1,566 @@
+"""The recording primal compiled with Numba: outputs plus trip counts and decisions, no torch.
+
+``coarsen.grad`` of a function with ``while`` loops or traced ``if``s must run the primal to learn
+the trip counts and branch decisions its adjoint reads (``record.py``).  Run eagerly on torch
+tensors, that primal pays torch's per-operation dispatch, about a millisecond for BGDHyperOpt's
+60 training steps.  This module translates the function's source into a Numba function instead:
+
+* calls of torch / numpy / math functions become NumPy calls or small helpers that accept both
+  floats and arrays (``torch.sum`` -> ``_sum``, ``torch.sigmoid`` -> ``_sigmoid``, ...);
+  ``import`` statements inside the function are dropped;
+* each recorded site writes an event ``(kind, site, value)`` into an int64 array instead of
+  calling a ``Record``: loop entries and exits, ``break``s and ``if`` decisions.  A loop whose
+  body holds no other recorded site counts its iterations in a local variable and reports the
+  count once at its exit, so BGDHyperOpt's 60 steps cost three events;
+* 0-d tensors travel as floats, other tensors as NumPy views, non-tensor arguments as they are.
+
+Python then replays the events into a ``Record`` identical to the eager one.  Only CPU float64
+torch tensors and int/float/bool static arguments are eligible; anything the translation or
+Numba cannot handle raises ``NumbaPrimalUnsupported`` (the caller keeps the eager primal).
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import math
+from typing import Callable
+
+import numpy as np
+
+from sparsad.coarsen.frontend import _tensor_function_name, function_ast, site_of
+from sparsad.coarsen.record import Record
+
+ENTER, STEP, STEPS, BRK, LEAVE, BRANCH = range(6)
+CAPACITY = 4096          # events per call; a longer log reruns the eager primal
+_EV = "__sparsad_ev__"
+
+# canonical function name (frontend._tensor_function_name) -> name in the generated module
+_FUNCTIONS = {
+    "exp": "np.exp", "log": "np.log", "sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "tanh": "np.tanh",
+    "sinh": "np.sinh", "cosh": "np.cosh", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
+    "sqrt": "np.sqrt", "log1p": "np.log1p", "expm1": "np.expm1", "abs": "np.abs", "sign": "np.sign",
+    "maximum": "np.maximum", "minimum": "np.minimum", "atan2": "np.arctan2", "arctan2": "np.arctan2",
+    "sigmoid": "_sigmoid", "softplus": "_softplus", "relu": "_relu", "square": "_square", "neg": "_neg",
+    "sum": "_sum", "mean": "_mean", "dot": "_dot", "where": "_where", "clamp": "_clamp", "clip": "_clamp",
+    "erf": "_erf",
+}
+_METHODS = {"sum", "mean", "dot", "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "abs", "sigmoid",
+            "square", "relu", "log1p", "expm1", "neg", "sign", "clamp", "clip"}
+_BUILTINS = {"range", "len", "min", "max", "float", "int", "bool"}
+
+
+class NumbaPrimalUnsupported(Exception):
+    """The function cannot run as a Numba primal (the eager primal is used instead)."""
+
+
+# ----------------------------------------------------------------------------- helpers
+_HELPERS: dict | None = None
+
+
+def _helpers() -> dict:
+    """Numba helpers shared by every generated primal (built once, compiled lazily by Numba)."""
+    global _HELPERS
+    if _HELPERS is not None:
+        return _HELPERS
+    import numba
+    from numba import types
+    from numba.extending import overload
+
+    opts = dict(nogil=True, error_model="numpy")
+
+    def _sum(a):
+        raise NotImplementedError
+
+    def _mean(a):
+        raise NotImplementedError
+
+    def _dot(a, b):
+        raise NotImplementedError
+
+    def _where(c, a, b):
+        raise NotImplementedError
+
+    def _erf(a):
+        raise NotImplementedError
+
+    @overload(_sum, jit_options=opts)
+    def _sum_impl(a):
+        if isinstance(a, types.Array):
+            return lambda a: np.sum(a)
+        if isinstance(a, (types.Float, types.Integer, types.Boolean)):
+            return lambda a: float(a)
+
+    @overload(_mean, jit_options=opts)
+    def _mean_impl(a):
+        if isinstance(a, types.Array):
+            return lambda a: np.sum(a) / a.size
+        if isinstance(a, (types.Float, types.Integer, types.Boolean)):
+            return lambda a: float(a)
+
+    @overload(_dot, jit_options=opts)
+    def _dot_impl(a, b):
+        return lambda a, b: _sum(a * b)
+
+    @overload(_where, jit_options=opts)
+    def _where_impl(c, a, b):
+        if any(isinstance(t, types.Array) for t in (c, a, b)):
+            return lambda c, a, b: np.where(c, a, b)
+        return lambda c, a, b: (a if c else b) * 1.0
+
+    @overload(_erf, jit_options=opts)
+    def _erf_impl(a):
+        if isinstance(a, types.Array):
+            def impl(a):
+                out = np.empty(a.shape)
+                flat, src = out.ravel(), a.ravel()
+                for i in range(src.size):
+                    flat[i] = math.erf(src[i])
+                return out
+            return impl
+        return lambda a: math.erf(a)
+
+    def _clamp(u, lo, hi):
+        raise NotImplementedError
+
+    @overload(_clamp, jit_options=opts)
+    def _clamp_impl(u, lo, hi):
+        no_lo = isinstance(lo, (types.NoneType, types.Omitted))
+        no_hi = isinstance(hi, (types.NoneType, types.Omitted))
+        if no_lo and no_hi:
+            return lambda u, lo, hi: u * 1.0
+        if no_lo:
+            return lambda u, lo, hi: np.minimum(u, hi)
+        if no_hi:
+            return lambda u, lo, hi: np.maximum(u, lo)
+        return lambda u, lo, hi: np.minimum(np.maximum(u, lo), hi)
+
+    def _len1(a):
+        raise NotImplementedError
+
+    def _at(a, i):
+        raise NotImplementedError
+
+    @overload(_len1, jit_options=opts)
+    def _len1_impl(a):
+        if isinstance(a, types.Array):
+            if a.ndim == 1:
+                return lambda a: a.shape[0]
+            return lambda a: -2
+        return lambda a: -1
+
+    @overload(_at, jit_options=opts)
+    def _at_impl(a, i):
+        if isinstance(a, types.Array):
+            if a.ndim == 1:
+                return lambda a, i: a[i]
+            return lambda a, i: a.ravel()[i]
+        return lambda a, i: a
+
+    def _emit(ev, kind, site, value):
+        n = ev[0]
+        if n < ev[1]:
+            ev[2 + 3 * n] = kind
+            ev[3 + 3 * n] = site
+            ev[4 + 3 * n] = value
+        ev[0] = n + 1
+
+    emit = numba.njit(**opts)(_emit)
+
+    def _branch(ev, site, test):
+        decision = bool(test)
+        emit(ev, BRANCH, site, 1 if decision else 0)
+        return decision
+
+    plain = {
+        "_sigmoid": lambda u: 1.0 / (1.0 + np.exp(-u)),
+        "_softplus": lambda u: np.maximum(u, 0.0) + np.log1p(np.exp(-np.abs(u))),
+        "_relu": lambda u: np.maximum(u, 0.0),
+        "_square": lambda u: u * u,
+        "_neg": lambda u: -u,
+    }
+    _HELPERS = {"np": np, "math": math, "_sum": _sum, "_mean": _mean, "_dot": _dot, "_where": _where,
+                "_erf": _erf, "_clamp": _clamp, "_len1": _len1, "_at": _at, "_emit": emit, "_branch": numba.njit(**opts)(_branch),
+                **{name: numba.njit(**opts)(f) for name, f in plain.items()}}
+    return _HELPERS
+
+
+# ----------------------------------------------------------------------------- source translation
+def _call(name: str, *args: ast.expr) -> ast.expr:
+    return ast.Call(func=ast.Name(name, ast.Load()), args=list(args), keywords=[])
+
+
+def _emit_stmt(kind: int, site_id: int, value: ast.expr | None = None) -> ast.stmt:
+    return ast.Expr(_call("_emit", ast.Name(_EV, ast.Load()), ast.Constant(kind), ast.Constant(site_id),
+                          value if value is not None else ast.Constant(0)))
+
+
+def _name_expr(dotted: str) -> ast.expr:
+    parts = dotted.split(".")
+    expr: ast.expr = ast.Name(parts[0], ast.Load())
+    for part in parts[1:]:
+        expr = ast.Attribute(expr, part, ast.Load())
+    return expr
+
+
+class _Translate(ast.NodeTransformer):
+    """Rewrites the function body for Numba, with event emission at the recorded sites."""
+
+    def __init__(self, fn: Callable, fdef: ast.FunctionDef, sites: list):
+        self.sites = {s: k for k, s in enumerate(sites)}
+        self.globals = dict(fn.__globals__)
+        if fn.__closure__:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                self.globals[name] = cell.cell_contents
+        self.modules: dict = {}            # names bound by `import` inside the function
+        self.locals = {a.arg for a in fdef.args.args}
+        for node in ast.walk(fdef):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                self.locals.add(node.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                self._bind_import(node)
+        self.loop_stack: list = []
+        self.counters = 0
+        self.helpers: list = []            # (name, source) of fused reductions
+
+    def _bind_import(self, node):
+        import importlib
+
+        for alias in node.names:
+            if isinstance(node, ast.Import):
+                if alias.asname:
+                    self.modules[alias.asname] = importlib.import_module(alias.name)
+                else:
+                    top = alias.name.split(".")[0]
+                    self.modules[top] = importlib.import_module(top)
+            else:
+                if node.level:
+                    raise NumbaPrimalUnsupported("relative import")
+                self.modules[alias.asname or alias.name] = getattr(importlib.import_module(node.module), alias.name)
+
+    # -------------------------------------------------------------- static resolution
+    def resolve(self, expr: ast.expr):
+        """The object a name / attribute chain denotes when it does not involve local variables."""
+        if isinstance(expr, ast.Name):
+            if expr.id in self.modules:
+                return self.modules[expr.id]
+            if expr.id in self.locals:
+                raise KeyError(expr.id)
+            if expr.id in self.globals:
+                return self.globals[expr.id]
+            if hasattr(builtins, expr.id):
+                return getattr(builtins, expr.id)
+            raise KeyError(expr.id)
+        if isinstance(expr, ast.Attribute):
+            return getattr(self.resolve(expr.value), expr.attr)
+        raise KeyError(type(expr).__name__)
+
+    def _resolvable(self, expr):
+        try:
+            return True, self.resolve(expr)
+        except (KeyError, AttributeError):
+            return False, None
+
+    # -------------------------------------------------------------- statements
+    def visit_Import(self, node):
+        return ast.Pass()
+
+    visit_ImportFrom = visit_Import
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, ast.Constant):
+            return ast.Pass()  # docstring
+        return self.generic_visit(node)
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        site = site_of(node)
+        if site in self.sites:
+            node.test = _call("_branch", ast.Name(_EV, ast.Load()), ast.Constant(self.sites[site]), node.test)
+        return node
+
+    def _loop(self, node):
+        site = site_of(node)
+        sid = self.sites.get(site)
+        nested = any(site_of(sub) in self.sites for stmt in node.body for sub in ast.walk(stmt)
+                     if isinstance(sub, (ast.If, ast.For, ast.While)))
+        self.loop_stack.append(sid)
+        self.generic_visit(node)
+        self.loop_stack.pop()
+        if sid is None:
+            return node
+        if nested:
+            node.body.insert(0, _emit_stmt(STEP, sid))
+            return [_emit_stmt(ENTER, sid), node, _emit_stmt(LEAVE, sid)]
+        counter = f"__sparsad_trips_{self.counters}"
+        self.counters += 1
+        node.body.insert(0, ast.AugAssign(ast.Name(counter, ast.Store()), ast.Add(), ast.Constant(1)))
+        return [_emit_stmt(ENTER, sid), ast.Assign([ast.Name(counter, ast.Store())], ast.Constant(0)), node,
+                _emit_stmt(STEPS, sid, ast.Name(counter, ast.Load())), _emit_stmt(LEAVE, sid)]
+
+    visit_For = _loop
+    visit_While = _loop
+
+    def visit_Break(self, node):
+        if not self.loop_stack or self.loop_stack[-1] is None:
+            return node
+        return [_emit_stmt(BRK, self.loop_stack[-1]), node]
+
+    def visit_FunctionDef(self, node):
+        raise NumbaPrimalUnsupported("nested function definition")
+
+    visit_Lambda = visit_FunctionDef
+
+    # -------------------------------------------------------------- expressions
+    def visit_Attribute(self, node):
+        ok, value = self._resolvable(node)
+        if ok:
+            if isinstance(value, (bool, int, float)):
+                return ast.copy_location(ast.Constant(value), node)
+            raise NumbaPrimalUnsupported(f"line {node.lineno}: attribute {ast.unparse(node)} outside a call")
+        return self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id not in self.locals and node.id != _EV:
+            ok, value = self._resolvable(node)
+            if ok and not isinstance(value, (bool, int, float)) and node.id not in _BUILTINS:
+                raise NumbaPrimalUnsupported(f"line {node.lineno}: global {node.id!r} of type {type(value).__name__}")
+        return node
+
+    def visit_Call(self, node):
+        func = node.func
+        ok, target = self._resolvable(func)
+        args = [self.visit(a) for a in node.args]
+        keywords = [ast.keyword(k.arg, self.visit(k.value)) for k in node.keywords]
+        if ok:
+            if target in (getattr(builtins, b) for b in _BUILTINS):
+                name = func.id if isinstance(func, ast.Name) else None
+                if name is None or keywords:
+                    raise NumbaPrimalUnsupported(f"line {node.lineno}: call {ast.unparse(func)}")
+                return ast.copy_location(ast.Call(func=func, args=args, keywords=[]), node)
+            canonical = "abs" if target is builtins.abs else _tensor_function_name(target)
+            if canonical not in _FUNCTIONS:
+                raise NumbaPrimalUnsupported(f"line {node.lineno}: function {ast.unparse(func)}")
+            return ast.copy_location(self._mapped(canonical, args, keywords, node), node)
+        if isinstance(func, ast.Attribute) and func.attr in _METHODS:
+            receiver = self.visit(func.value)
+            return ast.copy_location(self._mapped(func.attr, [receiver] + args, keywords, node), node)
+        raise NumbaPrimalUnsupported(f"line {node.lineno}: call {ast.unparse(func)}")
+
+    def _mapped(self, canonical: str, args: list, keywords: list, node) -> ast.expr:
+        target = _FUNCTIONS.get(canonical)
+        if target is None:
+            raise NumbaPrimalUnsupported(f"line {node.lineno}: {canonical}")
+        if target == "_clamp":
+            if any(k.arg not in ("min", "max") for k in keywords) or len(args) > 3:
+                raise NumbaPrimalUnsupported(f"line {node.lineno}: arguments of {canonical}")
+            args = args + [ast.Constant(None)] * (3 - len(args))
+            for k in keywords:
+                args[1 if k.arg == "min" else 2] = k.value
+        elif keywords:
+            raise NumbaPrimalUnsupported(f"line {node.lineno}: keyword arguments of {canonical}")
+        if target in ("_sum", "_mean") and len(args) == 1 and _elementwise(args[0]):
+            return self._fused(target, args[0])
+        return ast.Call(func=_name_expr(target), args=args, keywords=[])
+
+    def _fused(self, target: str, expr: ast.expr) -> ast.expr:
+        """``sum(elementwise expression)`` as one loop over the operands, no temporaries.
+
+        The generated helper takes the expression's leaves (names, subscripts, other calls) as
+        arguments; when they are all 1-d arrays of one length or scalars it sums element by
+        element in order, otherwise (broadcasting, higher ranks) it evaluates the expression and
+        sums the array.
+        """
+        leaves: dict = {}
+
+        def lift(e):
+            if isinstance(e, ast.Constant):
+                return e
+            if isinstance(e, ast.BinOp):
+                return ast.BinOp(lift(e.left), e.op, lift(e.right))
+            if isinstance(e, ast.UnaryOp):
+                return ast.UnaryOp(e.op, lift(e.operand))
+            if isinstance(e, ast.Compare):
+                return ast.Compare(lift(e.left), e.ops, [lift(c) for c in e.comparators])
+            if isinstance(e, ast.Call) and _is_elementwise_call(e):
+                return ast.Call(func=e.func, args=[lift(a) for a in e.args], keywords=[])
+            key = ast.unparse(e)
+            if key not in leaves:
+                leaves[key] = (f"a{len(leaves)}", e)
+            return ast.Name(leaves[key][0], ast.Load())
+
+        body = lift(expr)
+        names = [n for n, _ in leaves.values()]
+        if not names:
+            return ast.Call(func=ast.Name(target, ast.Load()), args=[expr], keywords=[])
+
+        def at(e):
+            if isinstance(e, ast.Name) and e.id in names:
+                return ast.Call(func=ast.Name("_at", ast.Load()), args=[e, ast.Name("i", ast.Load())], keywords=[])
+            for field_name, value in ast.iter_fields(e):
+                if isinstance(value, ast.expr):
+                    setattr(e, field_name, at(value))
+                elif isinstance(value, list):
+                    setattr(e, field_name, [at(v) if isinstance(v, ast.expr) else v for v in value])
+            return e
+
+        whole = ast.unparse(body)
+        element = ast.unparse(at(copy.deepcopy(body)))
+        helper = f"__sparsad_reduce_{len(self.helpers)}"
+        lines = [f"def {helper}({', '.join(names)}):", "    n = -1", "    ok = True"]
+        for n in names:
+            lines += [f"    m = _len1({n})", "    if m == -2:", "        ok = False", "    elif m >= 0:",
+                      "        if n < 0:", "            n = m", "        elif m != n:", "            ok = False"]
+        lines += ["    if ok and n >= 0:", "        acc = 0.0", "        for i in range(n):",
+                  f"            acc += {element}",
+                  "        return acc" + (" / n" if target == "_mean" else ""),
+                  f"    return {target}({whole})"]
+        self.helpers.append((helper, "\n".join(lines) + "\n"))
+        return ast.Call(func=ast.Name(helper, ast.Load()), args=[e for _, e in leaves.values()], keywords=[])
+
+
+_ELEMENTWISE = {"np.exp", "np.log", "np.sin", "np.cos", "np.tan", "np.tanh", "np.sinh", "np.cosh", "np.arcsin",
+                "np.arccos", "np.arctan", "np.sqrt", "np.log1p", "np.expm1", "np.abs", "np.sign", "np.maximum",
+                "np.minimum", "np.arctan2", "_sigmoid", "_softplus", "_relu", "_square", "_neg", "_where"}
+
+
+def _is_elementwise_call(e: ast.Call) -> bool:
+    return ast.unparse(e.func) in _ELEMENTWISE and not e.keywords
+
+
+def _elementwise(e: ast.expr) -> bool:
+    """An expression worth fusing: arithmetic or elementwise functions above its leaves."""
+    return isinstance(e, (ast.BinOp, ast.UnaryOp)) or (isinstance(e, ast.Call) and _is_elementwise_call(e))
+
+
+def translate(fn: Callable, sites: list) -> tuple[str, Callable]:
+    """(source, plain Python function) of the Numba primal; the event array is its first argument."""
+    fdef, _ = function_ast(fn)
+    fdef = copy.deepcopy(fdef)
+    for stmt in fdef.body[:-1]:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Return):
+                raise NumbaPrimalUnsupported("return before the end of the function")
+    translator = _Translate(fn, fdef, sites)
+    body = []
+    for stmt in fdef.body:
+        new = translator.visit(stmt)
+        body.extend(new if isinstance(new, list) else [new])
+    name = f"primal_{fdef.name}"
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(_EV)] + [ast.arg(a.arg) for a in fdef.args.args],
+                         vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    new_def = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None, type_params=[])
+    module = ast.fix_missing_locations(ast.Module(body=[new_def], type_ignores=[]))
+    source = "".join(text + "\n" for _, text in translator.helpers) + ast.unparse(module) + "\n"
+    namespace = dict(_helpers())
+    for gname, value in translator.globals.items():
+        if isinstance(value, (bool, int, float)) and gname not in namespace:
+            namespace[gname] = value
+    exec(compile(source, f"<sparsad.coarsen.numba_primal:{fdef.name}>", "exec"), namespace)
+    import numba
+
+    for helper, _ in translator.helpers:
+        # 'reassoc' only: the sum may be vectorised (several partial sums, like torch's own sum);
+        # no assumption about NaN or infinities
+        namespace[helper] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc"})(namespace[helper])
+    return source, namespace[name]
+
+
+# ----------------------------------------------------------------------------- running it
+def eligible(args: tuple) -> str | None:
+    """None when every argument can travel to Numba, else the reason it cannot."""
+    import torch
+
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if type(a) is not torch.Tensor or a.dtype != torch.float64 or a.device.type != "cpu" or a.layout != torch.strided:
+                return "only CPU float64 torch tensors are compiled"
+        elif not isinstance(a, (bool, int, float, np.integer, np.floating)):
+            return f"argument of type {type(a).__name__}"
+    return None
+
+
+_Tensor = None  # torch.Tensor, set when the first NumbaPrimal is built
+
+
+class NumbaPrimal:
+    """A function's recording primal compiled with Numba (one per plan, i.e. per call signature)."""
+
+    def __init__(self, fn: Callable, sites: list):
+        global _Tensor
+        import numba
+        import torch
+
+        _Tensor = torch.Tensor
+
+        self.fn = fn
+        self.sites = list(sites)
+        self.source, python = translate(fn, self.sites)
+        self.jitted = numba.njit(nogil=True, error_model="numpy")(python)
+        names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+        self.n_params = len(names)
+        self.defaults = tuple(fn.__defaults__ or ())
+        self.calls = 0
+
+    def full_args(self, args: tuple) -> tuple:
+        missing = self.n_params - len(args)
+        if missing > 0:
+            if missing > len(self.defaults):
+                raise NumbaPrimalUnsupported("missing arguments")
+            args = tuple(args) + self.defaults[len(self.defaults) - missing:]
+        return args
+
+    def __call__(self, args: tuple):
+        """(outputs as Numba returned them, Record), or None when the event log overflowed."""
+        result = self.run_values(args)
+        return None if result is None else result[:2]
+
+    def run_values(self, args: tuple):
+        """(outputs, Record, the arguments as passed to Numba), or None on overflow."""
+        values = []
+        for a in self.full_args(args):
+            if type(a) is _Tensor:
+                values.append(a.item() if a.dim() == 0 else a.detach().numpy())
+            else:
+                values.append(a)
+        ev = np.empty(2 + 3 * CAPACITY, dtype=np.int64)
+        ev[0], ev[1] = 0, CAPACITY
+        out = self.jitted(ev, *values)
+        self.calls += 1
+        n = int(ev[0])
+        if n > CAPACITY:
+            return None
+        return out, replay(ev, n, self.sites), values
+
+
+def replay(ev: np.ndarray, n: int, sites: list) -> Record:
+    """The ``Record`` the eager instrumented primal would have left, from the event log."""
+    record = Record()
+    data = ev[2:2 + 3 * n].tolist()
+    for k in range(0, 3 * n, 3):
+        kind, sid, value = data[k], data[k + 1], data[k + 2]
+        site = sites[sid]
+        if kind == STEPS:
+            record.steps(site, value)
+        elif kind == ENTER:
+            record.enter(site)
+        elif kind == LEAVE:
+            record.leave(site)
+        elif kind == BRK:
+            record.brk(site)
+        elif kind == BRANCH:
+            record.branch(site, bool(value))
+        else:
+            record.step(site)
+    return record
+
+
+def to_torch(out, like_dtype=None):
+    """Numba outputs as torch tensors (floats as 0-d float64 tensors)."""
+    import torch
+
+    if isinstance(out, tuple):
+        return tuple(to_torch(o) for o in out)
+    if isinstance(out, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(out))
+    return torch.tensor(float(out), dtype=torch.float64)
