@@ -220,3 +220,46 @@ def test_generated_derivative_graphs_optimize_to_same_values(problem):
     opt = T.optimize(nodes)
     assert_same(nodes, opt, rand_feed(xs + vs, seed))
     assert count_nodes(opt, T.Identity) <= count_nodes(nodes, T.Identity)
+
+
+@st.composite
+def expressions(draw):
+    """Random small programs over two 3x3 matrices and a vector, with every node kind."""
+    A, B, v = T.Variable("A", (3, 3)), T.Variable("B", (3, 3)), T.Variable("v", (3,))
+    pool = [A, B]
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["matmul", "add", "sub", "scale", "tanh", "T", "inv", "hadamard", "sum"]))
+        x, y = draw(st.sampled_from(pool)), draw(st.sampled_from(pool))
+        if kind == "matmul":
+            pool.append(T.einsum("ij,jk->ik", x, y))
+        elif kind == "add":
+            pool.append(x + y)
+        elif kind == "sub":
+            pool.append(x - y)
+        elif kind == "scale":
+            pool.append(draw(st.sampled_from([0.5, -2.0, 3.0])) * x)
+        elif kind == "tanh":
+            pool.append(T.tanh(x))
+        elif kind == "T":
+            pool.append(x.T)
+        elif kind == "hadamard":
+            pool.append(x * y)
+        elif kind == "sum":
+            pool.append(T.einsum("i,j->ij", x.sum(0), v))
+        else:   # a well-conditioned inverse: (x x^T + 3 I)^{-1}
+            spd = T.einsum("ij,kj->ik", x, x) + T.Constant(3.0 * np.eye(3))
+            pool.append(T.tensorinv(spd, 1))
+    out = pool[-1]
+    loss = T.einsum("ij,ij->", out, out) + T.einsum("i,ij,j->", v, out, v)
+    return (A, B, v), loss, draw(st.integers(0, 1000))
+
+
+@settings(max_examples=25, deadline=None)
+@given(expressions())
+def test_generated_programs_optimize_to_same_values(problem):
+    (A, B, v), loss, seed = problem
+    V = [T.Variable("VA", (3, 3)), T.Variable("VB", (3, 3))]
+    nodes = [loss] + T.grad(loss, [A, B, v]) + T.hvp(loss, [A, B], V) + [T.hessian(loss, [v])[0][0]]
+    rng = np.random.default_rng(seed)
+    feed = {x: 0.5 * rng.standard_normal(x.shape) for x in (A, B, v, *V)}
+    assert_same(nodes, T.optimize(nodes), feed, rtol=1e-9)
