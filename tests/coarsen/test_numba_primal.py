@@ -1,0 +1,157 @@
+"""`coarsen.grad`'s recording primal compiled with Numba: used, equal to the eager record, and refused safely."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from coarsen.helpers_coarsen import load_function, rel_err, torch_reference
+import sparsad.coarsen as coarsen
+from sparsad.coarsen import apps, numba_primal
+from sparsad.coarsen.plan import FAST_PRIMAL_AFTER, CoarsenFallbackWarning
+
+TOL = 1e-10
+
+# nested recorded sites: a traced `if` inside a `while` with a break, and a static `for` inside it
+NESTED = """
+import torch
+
+def f(x, a, T=6):
+    s = 0.0 * a
+    k = 0
+    while k < T:
+        k += 1
+        if torch.sum(x * s) > 1.5:
+            s = s - 0.5 * a
+        else:
+            s = s + a * torch.sigmoid(s)
+        t = 0.0 * a
+        for j in range(2):
+            t = t + x[j] * s
+        if torch.abs(t) > 4.0:
+            break
+    return torch.sum(torch.exp(0.1 * x * s)) + torch.clamp(s, min=0.0) * t
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoarsenFallbackWarning)
+        yield
+
+
+def _bgd(size=40, r=0.2):
+    (x, y, _), static = apps.make_bgd(1, size=size)
+    return (x, y, torch.tensor(r, dtype=torch.float64)) + static
+
+
+def test_bgd_grad_runs_the_numba_primal_and_matches_autograd(monkeypatch):
+    fn = coarsen.symbolic(apps.bgd_hyperopt)
+    grad = coarsen.grad(fn, argnums=2)
+    args = _bgd()
+    expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
+    for _ in range(FAST_PRIMAL_AFTER):          # eager record, then compile and check the Numba primal
+        assert rel_err(grad(*args), expected) <= TOL
+    plan = fn.plan(args)
+    assert isinstance(plan.fast_primal, numba_primal.NumbaPrimal), plan.fast_primal
+
+    def no_eager(*a):
+        raise AssertionError("the eager primal ran")
+
+    monkeypatch.setattr(plan, "run", no_eager)
+    calls = plan.fast_primal.calls
+    for r in (0.2, 0.05, 0.9):                  # other learning rates: other trip counts, same compiled code
+        args = _bgd(r=r)
+        assert rel_err(grad(*args), torch_reference(apps.bgd_hyperopt, args, (2,))[0]) <= TOL
+    assert plan.fast_primal.calls == calls + 3
+
+
+def test_nested_sites_record_like_the_eager_primal():
+    f = load_function(NESTED)
+    fn = coarsen.symbolic(f)
+    x = torch.tensor([0.7, -0.3, 1.1], dtype=torch.float64)
+    grad = coarsen.grad(fn, argnums=(0, 1))
+    for a in (0.4, 2.5):
+        args = (x, torch.tensor(a, dtype=torch.float64))
+        for _ in range(2):
+            got = grad(*args)
+            for g, e in zip(got, torch_reference(f, args, (0, 1))):
+                assert rel_err(g, e) <= TOL
+    plan = fn.plan(args)
+    assert isinstance(plan.fast_primal, numba_primal.NumbaPrimal), plan.fast_primal
+    assert plan.fast_primal.calls >= 3
+    primal = numba_primal.NumbaPrimal(f, plan.sites)
+    for a in (0.4, 0.9, 2.5, -1.0):
+        args = (x, torch.tensor(a, dtype=torch.float64))
+        out, record = primal(args)
+        with torch.no_grad():
+            eager_out, eager = plan.run(*args)
+        assert record.loops == eager.loops and record.branches == eager.branches
+        assert len(record.branches) > 1 and np.isclose(out, eager_out.item(), rtol=1e-12)
+
+
+def test_float32_keeps_the_eager_primal():
+    fn = coarsen.symbolic(apps.bgd_hyperopt)
+    args = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in _bgd())
+    grad = coarsen.grad(fn, argnums=2)
+    for _ in range(FAST_PRIMAL_AFTER + 1):
+        got = grad(*args)
+    assert "float64" in fn.plan(args).fast_primal
+    assert rel_err(got, torch_reference(apps.bgd_hyperopt, args, (2,))[0]) <= 1e-4
+
+
+def test_untranslatable_function_keeps_the_eager_primal():
+    f = load_function("import torch\nW = (0.5, 2.0)\n\ndef f(x, r):\n    w = 0.0 * r\n    k = 0\n"
+                      "    while k < 5:\n        k += 1\n        if torch.sum(x * w) > W[1]:\n            break\n"
+                      "        w = w + W[0] * r\n    return torch.sum(x * w * w)\n")
+    fn = coarsen.symbolic(f)
+    args = (torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor(0.3, dtype=torch.float64))
+    grad = coarsen.grad(fn, argnums=1)
+    for _ in range(FAST_PRIMAL_AFTER + 1):
+        got = grad(*args)
+    assert "not compiled with Numba" in fn.plan(args).fast_primal
+    assert rel_err(got, torch_reference(f, args, (1,))[0]) <= TOL
+
+
+def test_disagreeing_numba_primal_is_refused(monkeypatch):
+    original = numba_primal.NumbaPrimal.run_values
+
+    def wrong(self, args):
+        out, record, values = original(self, args)
+        for key in record.loops:
+            record.loops[key][0] += 1   # one iteration too many
+        return out, record, values
+
+    monkeypatch.setattr(numba_primal.NumbaPrimal, "run_values", wrong)
+    fn = coarsen.symbolic(apps.bgd_hyperopt)
+    grad = coarsen.grad(fn, argnums=2)
+    args = _bgd()
+    expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
+    for _ in range(FAST_PRIMAL_AFTER + 1):
+        assert rel_err(grad(*args), expected) <= TOL
+    assert "other trip counts" in fn.plan(args).fast_primal
+
+
+def test_event_log_overflow_reruns_eagerly(monkeypatch):
+    fn = coarsen.symbolic(apps.bgd_hyperopt)
+    grad = coarsen.grad(fn, argnums=2)
+    args = _bgd()
+    expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
+    for _ in range(FAST_PRIMAL_AFTER):
+        grad(*args)
+    assert isinstance(fn.plan(args).fast_primal, numba_primal.NumbaPrimal)
+    monkeypatch.setattr(numba_primal, "CAPACITY", 1)   # BGDHyperOpt logs three events
+    assert fn.plan(args).fast_primal(args) is None
+    assert rel_err(grad(*args), expected) <= TOL
+
+
+def test_numba_false_never_compiles_the_primal():
+    fn = coarsen.symbolic(apps.bgd_hyperopt, numba=False)
+    grad = coarsen.grad(fn, argnums=2)
+    args = _bgd()
+    for _ in range(FAST_PRIMAL_AFTER + 1):
+        grad(*args)
+    assert fn.plan(args).fast_primal is None
