@@ -118,10 +118,19 @@ def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndar
     """Evaluate `terms` towards role `out` from the operands of the two other roles.
 
     Scalar-role operands are 1-D (size,), channel-role operands 2-D (size, C) and C-contiguous.
+    When `out` is a channel role, its channel operand may also be 1-D (one channel): the result
+    is then 1-D too.
     """
     plan = terms.plan(out)
     u, v = operands[plan.u_role], operands[plan.v_role]
     dtype = np.result_type(u, v)
+    if v.ndim == 1 and out != terms.scalar:  # one channel, 1-D in and out: the SpMV path
+        result = np.empty(terms.sizes[out], dtype=dtype)
+        if plan.kind == "csr":
+            _pick(kernels.csr_vector, terms.n_terms)(plan.seg, plan.iv, u, v, result)
+        else:
+            _pick(kernels.scale_scatter_vector, terms.n_terms)(plan.seg, plan.iu, plan.iv, u, v, result)
+        return result
     channels = u.shape[1] if out == terms.scalar else v.shape[1]
     work = terms.n_terms * channels
     if out == terms.scalar:

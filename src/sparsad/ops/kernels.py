@@ -199,3 +199,10 @@ def scatter_sum(map_a, a, alpha, map_b, b, beta, out):  # pragma: no cover - com
         out[map_a[k]] += alpha * a[k]
     for k in range(map_b.shape[0]):
         out[map_b[k]] += beta * b[k]
+
+
+@njit(cache=True, nogil=True)
+def gather_scale(index, g, alpha, out):  # pragma: no cover - compiled
+    """out = alpha g[index] (the backward of scatter_sum towards one operand)."""
+    for k in range(index.shape[0]):
+        out[k] = alpha * g[index[k]]

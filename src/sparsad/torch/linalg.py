@@ -157,8 +157,20 @@ class _Add(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         a, b, alpha, beta = ctx.saved_tensors
-        ga, gb = g[ctx.maps["ta"]], g[ctx.maps["tb"]]
         need = ctx.needs_input_grad
+        if not torch.is_grad_enabled() and g.device.type == "cpu" and not _autograd.FORCE_TORCH_KERNELS \
+                and not need[3] and not need[4]:  # first order, constant scalars: two Numba gathers
+            maps, gn = ctx.maps, g.contiguous().numpy()
+            grads = []
+            for wanted, key, scalar, like in ((need[1], "a", alpha, a), (need[2], "b", beta, b)):
+                out = None
+                if wanted:
+                    out = np.empty(maps[key].shape[0], dtype=gn.dtype)
+                    kernels.gather_scale(maps[key], gn, float(scalar), out)
+                    out = torch.from_numpy(out)
+                grads.append(out)
+            return None, grads[0], grads[1], None, None
+        ga, gb = g[ctx.maps["ta"]], g[ctx.maps["tb"]]
         return (None, alpha * ga if need[1] else None, beta * gb if need[2] else None,
                 (ga * a).sum() if need[3] else None, (gb * b).sum() if need[4] else None)
 
