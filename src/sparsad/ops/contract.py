@@ -152,3 +152,17 @@ def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndar
     else:
         _pick(kernels.scale_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
     return result
+
+
+def vector_vjp(terms: Terms, u: np.ndarray, v: np.ndarray, g: np.ndarray, want_u: bool, want_v: bool):
+    """Both cotangents of out = A v for SpMV terms (CSR plan towards role 2, 1-D v and g) in one
+    serial pass, or None when that does not apply (other terms, parallel-sized work)."""
+    plan = terms.plan(2) if terms.scalar == 0 else None
+    if plan is None or plan.kind != "csr" or v.ndim != 1 or g.ndim != 1 or \
+            _pick(kernels.csr_vector, terms.n_terms) is not kernels.csr_vector.serial:
+        return None
+    dtype = np.result_type(u, v, g)
+    gu = np.empty(terms.sizes[0] if want_u else 0, dtype=dtype)
+    gv = np.empty(terms.sizes[1] if want_v else 0, dtype=dtype)
+    kernels.csr_vector_vjp(plan.seg, plan.iv, u, v, g, want_u, want_v, gu, gv)
+    return (gu if want_u else None), (gv if want_v else None)

@@ -206,3 +206,20 @@ def gather_scale(index, g, alpha, out):  # pragma: no cover - compiled
     """out = alpha g[index] (the backward of scatter_sum towards one operand)."""
     for k in range(index.shape[0]):
         out[k] = alpha * g[index[k]]
+
+
+@njit(cache=True, nogil=True)
+def csr_vector_vjp(indptr, indices, data, x, g, want_data, want_x, g_data, g_x):  # pragma: no cover
+    """Both cotangents of y = A x (CSR A, 1-D x) in one serial pass over A:
+    g_data[t] = g[row t] x[col t] (masked outer product), g_x = A^T g (scattered, so serial only)."""
+    if want_x:
+        for j in range(g_x.shape[0]):
+            g_x[j] = 0.0
+    for i in range(indptr.shape[0] - 1):
+        gi = g[i]
+        for t in range(indptr[i], indptr[i + 1]):
+            j = indices[t]
+            if want_data:
+                g_data[t] = gi * x[j]
+            if want_x:
+                g_x[j] += data[t] * gi

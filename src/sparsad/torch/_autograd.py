@@ -13,6 +13,7 @@ import torch
 
 from sparsad.ops.contract import contract as _numpy_contract
 from sparsad.ops.contract import Terms
+from sparsad.ops.contract import vector_vjp as _vector_vjp
 
 #: Run PyTorch's own kernels on the CPU too (used by the tests to exercise the device path).
 FORCE_TORCH_KERNELS = False
@@ -86,6 +87,11 @@ class _Contract(torch.autograd.Function):
         # create_graph=True: build the gradient from differentiable calls; otherwise skip the
         # Function machinery and evaluate directly
         run = contract if torch.is_grad_enabled() else _contract_now
+        if run is _contract_now and out == 2 and _use_numba(grad) and grad.ndim == 1 and v.ndim == 1:
+            fused = _vector_vjp(terms, u.detach().contiguous().numpy(), v.detach().contiguous().numpy(),
+                                grad.contiguous().numpy(), ctx.needs_input_grad[2], ctx.needs_input_grad[3])
+            if fused is not None:  # SpMV: both cotangents in one pass over A
+                return (None, None) + tuple(None if g is None else torch.from_numpy(g) for g in fused)
         gu = gv = None
         if ctx.needs_input_grad[2]:
             gu = run(terms, u_role, {v_role: v, out: grad})
