@@ -58,3 +58,9 @@ def test_tucker_hooi_matches_tensorly():
 def test_dmrg_matches_exact_diagonalization():
     result = load("dmrg").main(small=True)
     assert result["energy"] == pytest.approx(result["exact"], abs=1e-8 * abs(result["exact"]))
+
+
+def test_dmrg_matches_quimb():
+    pytest.importorskip("quimb")
+    result = load("dmrg").main(small=True)
+    assert result["quimb"] == pytest.approx(result["energy"], abs=1e-8 * abs(result["energy"]))
