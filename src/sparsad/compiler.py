@@ -21,11 +21,12 @@ from sparsad.lang.program import Program, program as make_program, to_natural
 from sparsad.lang.syntax import Expr
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Dict, extents
+from sparsad.opt.interchange import compute_derived, derivation_spec, derived_types
 from sparsad.opt.pipeline import OPTIONAL_PASSES, optimize
 from sparsad.opt.storage import physical_inputs
 
 STAGES = ("source", "sparsity", "storage", "fuse", "aggregate", "eqsat", "normalize", "fuse-normalized", "dps",
-          "cse", "optimized", "physical", "code")
+          "cse", "interchange", "optimized", "physical", "code")
 
 
 def _default_format(value: Any) -> str | None:
@@ -90,6 +91,8 @@ class CompiledProgram(Program):
             physical, stages = optimize(logical, logical_types, stored, self.passes)
             _, array_types = physical_inputs(stored)
             physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
+            derived = derivation_spec(physical, physical_types)  # arrays `interchange` reads
+            physical_types.update(derived_types(physical, physical_types))
             result_type = infer(logical, logical_types)
             shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
             if shape is not None and any(e is None for e in shape):
@@ -104,9 +107,13 @@ class CompiledProgram(Program):
                 warnings.warn(f"sparsad.compile: running the optimized program in the interpreter "
                               f"({reason})", stacklevel=3)
             self._plans[key] = dict(logical=logical, physical=physical, stages=stages, kernel=kernel,
-                                    result_type=result_type, shape=shape, reason=reason)
+                                    result_type=result_type, shape=shape, reason=reason,
+                                    derived=derived)
         plan = self._plans[key]
-        plan["arrays"] = {**physical_inputs(stored)[0], **scalars}
+        arrays = {**physical_inputs(stored)[0], **scalars}
+        if plan["derived"]:
+            arrays.update(compute_derived(plan["derived"], arrays))
+        plan["arrays"] = arrays
         self._last = plan
         return plan
 

@@ -16,6 +16,7 @@ from sparsad.lang.syntax import Lookup, Sum, SubArray, Var, walk
 from sparsad.lang.typecheck import value_type
 from sparsad.lang.values import values_equal
 from sparsad.opt.aggregate import aggregate, loop_depth
+from sparsad.opt.interchange import derived_inputs
 from sparsad.opt.pipeline import optimize
 from sparsad.opt.storage import physical_inputs
 from sparsad.programs import PAPER_PROGRAMS
@@ -67,12 +68,13 @@ def test_pipeline_with_aggregation_keeps_the_meaning_in_every_format(name, seed,
     for arg, fmt in (("M", fmt_m), ("N", fmt_n)):
         stored[arg] = as_format(inputs[arg].toarray() if fmt == "dense" else inputs[arg], fmt)
     stored["x"] = as_format(inputs["x"], "dense")
-    arrays, _ = physical_inputs(stored)
+    arrays, array_types = physical_inputs(stored)
     expr = parse(TEMPLATES[name][0])
     expected = evaluate(expr, {**stored, "s": inputs["s"]})
     _, stages = optimize(expr, types, stored)
     for stage, staged in stages.items():
-        env = {**arrays, "s": inputs["s"]} if stage != "sparsity" else {**stored, "s": inputs["s"]}
+        derived = derived_inputs(staged, arrays, array_types)  # the transposed index of `interchange`
+        env = {**arrays, **derived, "s": inputs["s"]} if stage != "sparsity" else {**stored, "s": inputs["s"]}
         assert values_equal(evaluate(staged, env), expected, rtol=1e-12, atol=1e-12), (stage, to_text(staged))
 
 

@@ -23,6 +23,7 @@ from sparsad.opt.cse import eliminate_common_subexpressions
 from sparsad.opt.dps import push_singletons_inward
 from sparsad.opt.fuse import fuse
 from sparsad.opt.normalize import normalize_products
+from sparsad.opt.interchange import derived_inputs, interchange
 from sparsad.opt.pipeline import optimize
 from sparsad.opt.sparsity import propagate_sparsity
 from sparsad.opt.storage import physical_inputs
@@ -81,7 +82,7 @@ def test_pipeline_on_storage_formats_keeps_the_meaning(name, seed, data):
             fmt = data.draw(st.sampled_from(FORMATS[kind]), label=f"format of {arg}")
             value = inputs[arg].toarray() if sp.issparse(inputs[arg]) and fmt == "dense" else inputs[arg]
             stored[arg] = as_format(value, fmt)
-    arrays, _ = physical_inputs(stored)
+    arrays, array_types = physical_inputs(stored)
     scalars = {k: v for k, v in inputs.items() if k not in stored}
     # the reference reads the same stored tensors: a dense format's pattern is every entry
     logical = {**scalars, **stored}
@@ -89,7 +90,8 @@ def test_pipeline_on_storage_formats_keeps_the_meaning(name, seed, data):
         physical, stages = optimize(expr, types, stored)
         expected = evaluate(expr, logical)
         for stage, staged in stages.items():
-            env = {**arrays, **scalars} if stage != "sparsity" else logical
+            derived = derived_inputs(staged, arrays, array_types)  # the transposed index of `interchange`
+            env = {**arrays, **derived, **scalars} if stage != "sparsity" else logical
             assert values_equal(evaluate(staged, env), expected, rtol=1e-12, atol=1e-12), (stage, to_text(staged))
 
 
@@ -123,7 +125,8 @@ def test_batax_with_csr_reduces_to_the_section_5_5_loop_nest_without_temporaries
     stored = {"A": as_format(A, "csr"), "x": as_format(np.ones(5), "dense")}
     types = {"beta": REAL, "A": tensor(2), "x": tensor(1)}
     derivative = gradient(parse(PAPER_PROGRAMS["batax"].text), "x", types)
-    physical, _ = optimize(derivative, types, stored)
+    _, stages = optimize(derivative, types, stored)
+    physical = stages["cse"]  # the last pass, `interchange`, then reorders the loops (below)
     expected = parse("""
         sum(<_, i> in (0:A_len))
           let row = A_idx(A_pos(i):A_pos(i + 1)) in
@@ -137,6 +140,34 @@ def test_batax_with_csr_reduces_to_the_section_5_5_loop_nest_without_temporaries
     got = evaluate(physical, {**arrays, "beta": 1.5})
     dense = A.toarray()
     assert values_equal(got, 1.5 * dense.T @ dense, rtol=1e-12, atol=1e-12)
+
+
+def test_batax_interchange_makes_the_outer_loop_fix_the_result_row():
+    A = sp.random(7, 5, density=0.4, format="csr", random_state=4)
+    stored = {"A": as_format(A, "csr"), "x": as_format(np.ones(5), "dense")}
+    types = {"beta": REAL, "A": tensor(2), "x": tensor(1)}
+    derivative = gradient(parse(PAPER_PROGRAMS["batax"].text), "x", types)
+    physical, _ = optimize(derivative, types, stored)
+    expected = parse("""
+        sum(<_, j> in (0:A_T_tlen))
+          sum(<q, i> in A_T_tidx(A_T_tpos(j):A_T_tpos(j + 1)))
+            let p = A_T_tperm(q) in
+            let row = A_idx(A_pos(i):A_pos(i + 1)) in
+            let v1 = A_val(p) in
+            sum(<r, k> in row)
+              { j -> { k -> beta * v1 * A_val(r) } }""")
+    assert alpha_equal(physical, expected), to_text(physical)
+    arrays, array_types = physical_inputs(stored)
+    derived = derived_inputs(physical, arrays, array_types)
+    dense = A.toarray()
+    assert list(derived["A_T_tpos"]) == list(np.concatenate([[0], np.cumsum((dense != 0).sum(axis=0))]))
+    got = evaluate(physical, {**arrays, **derived, "beta": 1.5})
+    assert values_equal(got, 1.5 * dense.T @ dense, rtol=1e-12, atol=1e-12)
+    # a vector result keyed by the column, or a result keyed by the row, is left alone
+    spmv_t = parse("sum(<_, i> in (0:A_len)) sum(<p, j> in A_idx(A_pos(i):A_pos(i + 1))) { j -> A_val(p) }")
+    assert interchange(spmv_t, array_types) == spmv_t
+    by_row = parse("sum(<_, i> in (0:A_len)) sum(<p, j> in A_idx(A_pos(i):A_pos(i + 1))) { i -> { j -> A_val(p) } }")
+    assert interchange(by_row, array_types) == by_row
 
 
 from reference.generated import real_expr  # noqa: E402

@@ -254,16 +254,36 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
 
 def row_epilogue(row: str) -> list[str]:
     """Flush the row workspace at the end of row `row`: sorted columns appended to the CSR."""
+    # a row whose touched columns lie in a narrow band (banded matrices: at most 4x as many
+    # columns as entries) is read off the marks in column order, O(band); others are sorted
     return ["if w_n > 0:",
             "    if out_n + w_n > out_idx.shape[0]:",
             f"        return {_overflow(OutputPlan('workspace'), 2)}",
-            "    rt.sort_prefix(w_keys, w_n)",
-            "    for _t in range(w_n):",
+            "    _lo = w_keys[0]",
+            "    _hi = _lo",
+            "    for _t in range(1, w_n):",
             "        _c = w_keys[_t]",
-            "        out_idx[out_n + _t] = _c",
-            "        out_v[out_n + _t] = w_val[_c]",
-            "        w_val[_c] = 0",
-            "        w_mark[_c] = False",
+            "        if _c < _lo:",
+            "            _lo = _c",
+            "        elif _c > _hi:",
+            "            _hi = _c",
+            "    if _hi - _lo < 4 * w_n:",
+            "        _t = out_n",
+            "        for _c in range(_lo, _hi + 1):",
+            "            if w_mark[_c]:",
+            "                out_idx[_t] = _c",
+            "                out_v[_t] = w_val[_c]",
+            "                w_val[_c] = 0",
+            "                w_mark[_c] = False",
+            "                _t += 1",
+            "    else:",
+            "        rt.sort_prefix(w_keys, w_n)",
+            "        for _t in range(w_n):",
+            "            _c = w_keys[_t]",
+            "            out_idx[out_n + _t] = _c",
+            "            out_v[out_n + _t] = w_val[_c]",
+            "            w_val[_c] = 0",
+            "            w_mark[_c] = False",
             "    out_n += w_n",
             f"    row_nnz[{row}] += w_n",
             "    w_n = 0"]
@@ -365,7 +385,9 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         row_nnz = arguments[2]
         indptr = np.zeros(len(row_nnz) + 1, np.int64)
         np.cumsum(row_nnz, out=indptr[1:])
-        return sp.csr_matrix((values[:count].copy(), indices[:count].copy(), indptr),
+        # the buffers were allocated for this call: keep views unless most of them is unused
+        keep = (lambda a: a[:count]) if 4 * count >= 3 * len(values) else (lambda a: a[:count].copy())
+        return sp.csr_matrix((keep(values), keep(indices), indptr),
                              shape=(int(extents[0]), int(extents[1])))
     raise ValueError(plan.kind)
 

@@ -1,6 +1,6 @@
 """The order of the passes (∇SD Fig. 8): each a pure function Program -> Program.
 
-    sparsity -> storage -> fuse -> aggregate -> eqsat -> normalize -> fuse -> dps -> cse
+    sparsity -> storage -> fuse -> aggregate -> eqsat -> normalize -> fuse -> dps -> cse -> interchange
 
 `optimize` records every stage so that each can be shown and checked by the interpreter.
 """
@@ -14,13 +14,14 @@ from sparsad.opt.aggregate import aggregate
 from sparsad.opt.cse import eliminate_common_subexpressions
 from sparsad.opt.dps import push_singletons_inward
 from sparsad.opt.fuse import fuse
+from sparsad.opt.interchange import interchange
 from sparsad.opt.normalize import normalize_products
 from sparsad.opt.sparsity import propagate_sparsity
 from sparsad.opt.egraph import saturate
 from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
-OPTIONAL_PASSES = frozenset({"aggregate", "eqsat", "normalize", "dps", "cse"})
+OPTIONAL_PASSES = frozenset({"aggregate", "eqsat", "normalize", "dps", "cse", "interchange"})
 
 
 def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
@@ -52,4 +53,6 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
         expr = stages["dps"] = push_singletons_inward(expr, physical_types)
     if "cse" in passes:
         expr = stages["cse"] = eliminate_common_subexpressions(expr, physical_types)
+    if "interchange" in passes:
+        expr = stages["interchange"] = interchange(expr, physical_types)
     return expr, stages
