@@ -155,3 +155,19 @@ def test_numba_false_never_compiles_the_primal():
     for _ in range(FAST_PRIMAL_AFTER + 1):
         grad(*args)
     assert fn.plan(args).fast_primal is None
+
+
+def test_straight_line_ready_call_on_new_inputs_and_leaves():
+    """grad of straight-line code calls the jitted adjoint directly after the first call."""
+    grad = coarsen.grad(apps.spring_energy, argnums=(0, 1))
+    for seed in range(3):
+        (px, py), _ = apps.make_spring(1, seed=seed)
+        px.requires_grad_(seed == 2)            # leaves that require grad work too
+        got = grad(px, py)
+        for g, e in zip(got, torch_reference(apps.spring_energy, (px.detach(), py), (0, 1))):
+            assert rel_err(g, e) <= TOL and g.shape == e.shape and g.dtype == e.dtype
+
+
+def test_explain_names_the_recording_primal():
+    text = coarsen.explain(apps.bgd_hyperopt, *_bgd(), print_it=False)
+    assert "recording primal: compiled with Numba" in text

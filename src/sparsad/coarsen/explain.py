@@ -36,6 +36,16 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
         lines.append(f"  {ssa.describe(loop)}" + (f", break at line {loop.break_site[0]}" if loop.break_site else ""))
     for site in graph.branch_sites:
         lines.append(f"  if at line {site[0]}: φ on the recorded decision")
+    if plan.needs_record:
+        from sparsad.coarsen import numba_primal
+        from sparsad.coarsen.plan import FAST_PRIMAL_AFTER
+
+        reason = numba_primal.eligible(example_args) if coarse.numba else "numba=False"
+        if reason is None:
+            lines.append(f"recording primal: compiled with Numba from call {FAST_PRIMAL_AFTER} of a signature on "
+                         "(checked once against the eager primal), eager before that")
+        else:
+            lines.append(f"recording primal: eager ({reason})")
     backend = _backend(example_args)
     if backend == "torch":
         import torch
