@@ -59,11 +59,22 @@ class CompiledProgram(Program):
         self.passes = frozenset(passes)
         self._build = build  # types -> logical expr (derivatives build per input types)
         self._plans: dict[tuple, dict] = {}
+        self._signatures: dict[tuple, tuple] = {}  # cheap per-call signature -> (plan key, types)
+        self._inputs: list[str] | None = None
         self._last: dict | None = None
 
     @property
     def inputs(self) -> list[str]:
-        return self.base.inputs
+        if self._inputs is None:
+            self._inputs = self.base.inputs  # the program is immutable: read its names once
+            self._input_set = frozenset(self._inputs)
+        return list(self._inputs)
+
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        if self._inputs is None:
+            self.inputs
+        if len(inputs) != len(self._inputs) or any(n not in self._input_set for n in inputs):
+            super()._check_inputs(inputs)
 
     def store(self, inputs: Mapping[str, Any]) -> tuple[dict[str, StoredTensor], dict[str, Any]]:
         """Split inputs into stored tensors (in their formats) and scalars."""
@@ -82,10 +93,18 @@ class CompiledProgram(Program):
 
     def plan(self, inputs: Mapping[str, Any]) -> dict:
         stored, scalars = self.store(inputs)
-        logical_types = {n: t.logical_type() for n, t in stored.items()}
-        logical_types.update({n: value_type(v) for n, v in scalars.items()})
-        key = (tuple(sorted((n, t, tuple(extents(t))) for n, t in logical_types.items())),
-               tuple(sorted((n, s.format.describe(), str(s.values.dtype)) for n, s in stored.items())))
+        # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
+        # signature of those finds it without re-deriving the logical types (per-call overhead)
+        signature = (tuple((n, s.format, s.shape, s.values.dtype) for n, s in stored.items()),
+                     tuple((n, type(v)) for n, v in scalars.items()))
+        found = self._signatures.get(signature)
+        if found is None:
+            logical_types = {n: t.logical_type() for n, t in stored.items()}
+            logical_types.update({n: value_type(v) for n, v in scalars.items()})
+            key = (tuple(sorted((n, t, tuple(extents(t))) for n, t in logical_types.items())),
+                   tuple(sorted((n, s.format.describe(), str(s.values.dtype)) for n, s in stored.items())))
+            found = self._signatures[signature] = (key, logical_types)
+        key, logical_types = found
         if key not in self._plans:
             logical = self._build(logical_types) if self._build else self.expr
             physical, stages = optimize(logical, logical_types, stored, self.passes)
@@ -110,7 +129,9 @@ class CompiledProgram(Program):
                                     result_type=result_type, shape=shape, reason=reason,
                                     derived=derived)
         plan = self._plans[key]
-        arrays = {**physical_inputs(stored)[0], **scalars}
+        arrays = dict(scalars)
+        for name, tensor in stored.items():
+            arrays.update(tensor.physical_arrays(name))
         if plan["derived"]:
             arrays.update(compute_derived(plan["derived"], arrays))
         plan["arrays"] = arrays

@@ -134,6 +134,7 @@ class Derivative(Program):
         self.output = "auto"
         self.passes = OPTIONAL_PASSES
         self._cache: dict[tuple, dict[str, Expr]] = {}
+        self._inputs: list[str] | None = None
         self._compiled: dict[str, Any] = {}
 
     # Program interface
@@ -238,17 +239,26 @@ class Derivative(Program):
         raise ValueError(f"unknown mode {mode!r}")
 
     # running
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        if self._inputs is None:  # the primal is immutable: read its names once
+            self._primal_inputs = frozenset(self.primal.inputs)
+            self._inputs = self.inputs
+            self._input_set = frozenset(self._inputs)
+        if len(inputs) != len(self._inputs) or any(n not in self._input_set for n in inputs):
+            super()._check_inputs(inputs)
+
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
         self._check_inputs(inputs)
-        primal_inputs = {k: v for k, v in inputs.items() if k in self.primal.inputs}
+        primal_inputs = {k: v for k, v in inputs.items() if k in self._primal_inputs}
+        results = {}
+        # grad and jacobian resolve to reverse or tensorized mode unless mode="forward" is asked
+        compiled = not self.interpret and self.kind in ("grad", "jacobian") and self.mode != "forward"
+        if compiled:
+            if len(self.wrt) == 1:
+                return self._compiled_for(self.wrt[0])(out_format=out_format, **primal_inputs)
+            return {w: self._compiled_for(w)(out_format=out_format, **primal_inputs) for w in self.wrt}
         types = {name: value_type(value) for name, value in primal_inputs.items()}
         types.update(self.declared)
-        results = {}
-        compiled = (not self.interpret and self.kind in ("grad", "jacobian")
-                    and self.resolved_mode(types) != "forward")
-        if compiled:
-            results = {w: self._compiled_for(w)(out_format=out_format, **primal_inputs) for w in self.wrt}
-            return results[self.wrt[0]] if len(self.wrt) == 1 else results
         for wrt, expr in self.exprs(types).items():
             if self.kind != "jvp" and self.resolved_mode(types) == "forward":
                 value, result_type = self._forward_by_directions(expr, wrt, inputs, types)

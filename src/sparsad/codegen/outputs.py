@@ -254,7 +254,7 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
 
 def row_epilogue(row: str) -> list[str]:
     """Flush the row workspace at the end of row `row`: sorted columns appended to the CSR."""
-    # a row whose touched columns lie in a narrow band (banded matrices: at most 4x as many
+    # a row whose touched columns lie in a band (banded matrices: at most 32x as many
     # columns as entries) is read off the marks in column order, O(band); others are sorted
     return ["if w_n > 0:",
             "    if out_n + w_n > out_idx.shape[0]:",
@@ -267,7 +267,7 @@ def row_epilogue(row: str) -> list[str]:
             "            _lo = _c",
             "        elif _c > _hi:",
             "            _hi = _c",
-            "    if _hi - _lo < 4 * w_n:",
+            "    if _hi - _lo < 32 * w_n:",
             "        _t = out_n",
             "        for _c in range(_lo, _hi + 1):",
             "            if w_mark[_c]:",
