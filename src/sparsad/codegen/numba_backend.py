@@ -50,6 +50,7 @@ class _Emitter:
         self.program = program
         self.plan = plan
         self.containers = {c.name: c for c in program.containers}
+        self.plain = plain_workspaces(program)
         self.lines: list[str] = []
 
     def expr(self, e: IRExpr) -> str:
@@ -136,7 +137,9 @@ class _Emitter:
                     self.block(o, indent + 1)
             case Fill(container=c):
                 container = self.containers[c]
-                if container.kind == "workspace":
+                if c in self.plain:
+                    pass  # zeroed once where it is allocated
+                elif container.kind == "workspace":
                     self.put(indent, f"for {c}_t in range({c}_n):",
                              f"    {c}_val[{c}_keys[{c}_t]] = 0",
                              f"    {c}_mark[{c}_keys[{c}_t]] = False",
@@ -170,7 +173,9 @@ class _Emitter:
             case Accumulate(target=c, keys=(key,), value=v):
                 container = self.containers[c]
                 k = self.expr(key)
-                if container.kind == "workspace":
+                if c in self.plain:
+                    self.put(indent, f"{c}_val[{k}] += {self.expr(v)}")
+                elif container.kind == "workspace":
                     self.put(indent, f"if not {c}_mark[{k}]:", f"    {c}_mark[{k}] = True",
                              f"    {c}_keys[{c}_n] = {k}", f"    {c}_n += 1",
                              f"{c}_val[{k}] += {self.expr(v)}")
@@ -180,6 +185,32 @@ class _Emitter:
                              f"{c}[_key] = {c}.get(_key, {zero}) + {self.expr(v)}")
             case _:
                 raise TypeError(f"not an IR statement: {s!r}")
+
+
+def plain_workspaces(program: LoopProgram) -> frozenset[str]:
+    """Workspaces that are filled once, at the top level, and only looked up (never iterated):
+    a plain dense accumulator suffices (no marks, no touched-key list, no reset)."""
+    iterated: set[str] = set()
+    fills: dict[str, int] = {}
+    nested_fills: set[str] = set()
+
+    def visit(stmts, top: bool) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, Fill):
+                fills[stmt.container] = fills.get(stmt.container, 0) + 1
+                if not top:
+                    nested_fills.add(stmt.container)
+            if isinstance(stmt, ForItems):
+                iterated.add(stmt.container)
+            for field in ("body", "then", "orelse"):
+                inner = getattr(stmt, field, None)
+                if inner:
+                    visit(inner, False)
+
+    visit(program.body, True)
+    return frozenset(c.name for c in program.containers
+                     if c.kind == "workspace" and c.depth == 1 and c.name not in iterated
+                     and fills.get(c.name, 0) <= 1 and c.name not in nested_fills)
 
 
 def kernel_parameters(program: LoopProgram, plan: O.OutputPlan) -> tuple[str, ...]:
@@ -193,7 +224,10 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
     params = kernel_parameters(program, plan)
     body_indent = 1
     for container in program.containers:
-        if container.kind == "workspace":
+        if container.name in emitter.plain:
+            dtype = "np.int64" if container.leaf == "int" else "np.float64"
+            emitter.put(body_indent, f"{container.name}_val = np.zeros({container.name}_size, {dtype})")
+        elif container.kind == "workspace":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{c}_val = np.zeros({c}_size, {dtype})",
                         f"{c}_mark = np.zeros({c}_size, np.bool_)",

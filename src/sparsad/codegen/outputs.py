@@ -345,8 +345,12 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
     if plan.kind == "pattern":
         indptr = pattern_rows(plan, inputs, int(extents[0]))
         first, last = int(indptr[0]), int(indptr[-1])
-        indices = np.array(inputs[plan.pattern[2]][first:last], dtype=np.int64)
-        return sp.csr_matrix((arguments[0][first:last], indices, indptr - first),
+        source = inputs[plan.pattern[2]]
+        # one copy of the input's indices, in their own integer type (scipy would downcast an
+        # int64 copy to int32 again when the sizes allow: a second copy)
+        index_dtype = source.dtype if source.dtype == np.int32 and last - first < 2**31 - 1 else np.int64
+        indices = np.array(source[first:last], dtype=index_dtype)
+        return sp.csr_matrix((arguments[0][first:last], indices, (indptr - first).astype(index_dtype)),
                              shape=(int(extents[0]), int(extents[1])))
 
     if plan.kind == "scalar":
