@@ -24,25 +24,15 @@ def _two_variants(fn):
     return parallel
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _row_dot(u, i, v, j, channels):  # pragma: no cover - compiled
-    """u[i, :] . v[j, :] with four partial sums: a strict single-accumulator loop is latency-bound
-    (no reassociation allowed), four independent chains run about 4x faster on wide rows."""
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    c = 0
-    while c + 4 <= channels:
-        a0 += u[i, c] * v[j, c]
-        a1 += u[i, c + 1] * v[j, c + 1]
-        a2 += u[i, c + 2] * v[j, c + 2]
-        a3 += u[i, c + 3] * v[j, c + 3]
-        c += 4
-    while c < channels:
-        a0 += u[i, c] * v[j, c]
-        c += 1
-    return (a0 + a1) + (a2 + a3)
+    """u[i, :] . v[j, :]. Reassociation lets LLVM vectorise the sum (several SIMD accumulators):
+    a strict single-accumulator loop is latency-bound, and about 2x slower on rows of 1,000+
+    channels (the SpDMM gradient of A). The result differs from a left-to-right sum by rounding only."""
+    acc = 0.0
+    for c in range(channels):
+        acc += u[i, c] * v[j, c]
+    return acc
 
 
 @_two_variants
