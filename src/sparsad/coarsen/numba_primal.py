@@ -406,15 +406,21 @@ class _Translate(ast.NodeTransformer):
 
         whole = ast.unparse(body)
         element = ast.unparse(at(copy.deepcopy(body)))
-        helper = f"__sparsad_reduce_{len(self.helpers)}"
+        helper = f"__sparsad_reduce_{len(self.helpers) // 3}"
         lines = [f"def {helper}({', '.join(names)}):", "    n = -1", "    ok = True"]
         for n in names:
             lines += [f"    m = _len1({n})", "    if m == -2:", "        ok = False", "    elif m >= 0:",
                       "        if n < 0:", "            n = m", "        elif m != n:", "            ok = False"]
+        # the element and the whole-array fallback are strict IEEE functions; only the loop that
+        # adds the elements may reassociate (fastmath 'reassoc'), so the sum is vectorised like
+        # torch's own sum while every element is computed exactly as written
+        args = ", ".join(names)
         lines += ["    if ok and n >= 0:", "        acc = 0.0", "        for i in range(n):",
-                  f"            acc += {element}",
+                  f"            acc += {helper}_at({args}, i)",
                   "        return acc" + (" / n" if target == "_mean" else ""),
-                  f"    return {target}({whole})"]
+                  f"    return {helper}_all({args})"]
+        self.helpers.append((f"{helper}_at", f"def {helper}_at({args}, i):\n    return {element}\n"))
+        self.helpers.append((f"{helper}_all", f"def {helper}_all({args}):\n    return {target}({whole})\n"))
         self.helpers.append((helper, "\n".join(lines) + "\n"))
         return ast.Call(func=ast.Name(helper, ast.Load()), args=[e for _, e in leaves.values()], keywords=[])
 
@@ -460,9 +466,9 @@ def translate(fn: Callable, sites: list) -> tuple[str, Callable]:
     import numba
 
     for helper, _ in translator.helpers:
-        # 'reassoc' only: the sum may be vectorised (several partial sums, like torch's own sum);
-        # no assumption about NaN or infinities
-        namespace[helper] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc"})(namespace[helper])
+        reassoc = not helper.endswith(("_at", "_all"))
+        namespace[helper] = numba.njit(nogil=True, error_model="numpy",
+                                       fastmath={"reassoc"} if reassoc else False)(namespace[helper])
     return source, namespace[name]
 
 
