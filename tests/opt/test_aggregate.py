@@ -123,3 +123,13 @@ def test_smmm_gradient_compiles_to_an_o_nnz_kernel_equal_to_the_closed_form():
     assert abs(got - expected).max() < 1e-12
     code = g.show("code")
     assert "Dict.empty" not in code, code  # no hash of rows: a dense accumulator
+
+
+def test_later_fusion_does_not_undo_the_aggregation():
+    inputs = _inputs(3)
+    types = {k: value_type(v) for k, v in inputs.items()}
+    stored = {k: as_format(inputs[k], "csr") for k in ("M", "N")}
+    expr = parse(TEMPLATES["linear"][0])
+    physical, stages = optimize(expr, types, stored)
+    assert loop_depth(stages["fuse"]) == 3
+    assert loop_depth(physical) == 2, to_text(physical)  # one pass over M's entries, one per key

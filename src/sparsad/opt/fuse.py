@@ -133,12 +133,16 @@ def is_linear(body: Expr, name: str) -> bool:
 
 def _linear_vertical_fusion(e, _):
     """sum(<k, v> in sum(<x, y> in S) { f -> g }) b  ~>  sum(<x, y> in S) let k = f in let v = g in b,
-    when b is linear in v: entries that share a key add up either way."""
+    when b is linear in v: entries that share a key add up either way. Only for a loop-free b:
+    otherwise b's loops would run once per entry of S instead of once per distinct key (the
+    aggregated form that `opt.aggregate` builds)."""
     if not (isinstance(e, Sum) and isinstance(e.source, Sum) and e.val != "_"):
         return None
     found = singleton_leaf(e.source.body, unique=False)
     if not found or not is_linear(e.body, e.val):
         return None
+    if any(isinstance(node, Sum) for node in walk(e.body)):
+        return None  # keys may repeat: a loop in b would run once per entry instead of once per key
     f, g, wrap = found
     # a key may now repeat across iterations: what was unique per key no longer is
     body = Let(e.val, g, _strip_unique_of(e.body, e.key))
