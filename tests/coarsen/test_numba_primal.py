@@ -57,6 +57,10 @@ def test_bgd_grad_runs_the_numba_primal_and_matches_autograd(monkeypatch):
         assert rel_err(grad(*args), expected) <= TOL
     plan = fn.plan(args)
     assert isinstance(plan.fast_primal, numba_primal.NumbaPrimal), plan.fast_primal
+    assert "_sparsad_reduce_" in plan.fast_primal.source           # the training loop's sum is fused
+    from sparsad.coarsen.numba_backend import generate_numba_source
+    compiled = next(iter(plan.compiled.values()))
+    assert "_vsum_" in generate_numba_source(compiled.program, "adjoint", [2])   # so are the adjoint's
 
     def no_eager(*a):
         raise AssertionError("the eager primal ran")

@@ -22,10 +22,51 @@ _NP = {"exp": "np.exp", "log": "np.log", "sin": "np.sin", "cos": "np.cos", "tan"
        "sigmoid": "_sigmoid", "softplus": "_softplus", "erf": "_erf"}
 
 
+_FUSIBLE = (sp.Symbol, sp.Number, sp.Add, sp.Mul, sp.Pow, sp.NumberSymbol) + tuple(
+    cls for cls in (sp.exp, sp.log, sp.sin, sp.cos, sp.tan, sp.tanh, sp.sinh, sp.cosh, sp.asin, sp.acos, sp.atan,
+                    sp.Abs, sp.sign))
+
+
 class NumbaPrinter(Printer):
     def __init__(self, params: set, shapes: dict):
         super().__init__("numba", params)
         self.shapes = shapes
+        self.helpers: list[tuple[str, str]] = []   # (name, source) of fused sums
+        self.indexed: set = set()                   # while printing an element: the array symbols
+
+    def fused_sum(self, body, length: int) -> str | None:
+        """``Σ body`` as one loop over the elements (no temporaries), or None when not eligible.
+
+        Eligible: arithmetic and elementwise functions over scalars and 1-d symbols of the sum's
+        length.  The element is a strict IEEE function; only the loop adding the elements may
+        reassociate (fastmath 'reassoc'), so it is vectorised like NumPy's pairwise sum.
+        """
+        if any(not isinstance(node, _FUSIBLE) for node in sp.preorder_traversal(body)):
+            return None
+        arrays, scalars = [], []
+        for sym in sorted(body.free_symbols, key=str):
+            shape = shape_of(sym, self.shapes)
+            if shape == ():
+                scalars.append(sym)
+            elif shape == (length,):
+                arrays.append(sym)
+            else:
+                return None
+        if not arrays:
+            return None
+        name = f"_vsum_{len(self.helpers) // 2}"
+        args = ", ".join(identifier(sym) for sym in arrays + scalars)
+        self.indexed = set(arrays)
+        try:
+            element = self.p(body)
+        finally:
+            self.indexed = set()
+        self.helpers.append((f"{name}_at", f"def {name}_at({args}, i):\n    return {element}\n"))
+        checks = "".join(f"    if {identifier(sym)}.shape[0] != {length}:\n        raise ValueError('shape')\n"
+                         for sym in arrays)
+        self.helpers.append((name, f"def {name}({args}):\n{checks}    acc = 0.0\n    for i in range({length}):\n"
+                                   f"        acc += {name}_at({args}, i)\n    return acc\n"))
+        return f"{name}({args})"
 
     def scalar(self, e) -> bool:
         return shape_of(e, self.shapes) == ()
@@ -34,11 +75,14 @@ class NumbaPrinter(Printer):
         return _NP[name]
 
     def p(self, e) -> str:
+        if self.indexed and isinstance(e, sp.Symbol) and e in self.indexed:
+            return f"{identifier(e)}[i]"
         if isinstance(e, VSum):
             body = e.args[0]
             if self.scalar(body):
                 return f"({self.p(body)} * {int(e.args[1])}.0)"
-            return f"np.sum({self.p(body)})"
+            fused = None if self.indexed else self.fused_sum(body, int(e.args[1]))
+            return fused if fused is not None else f"np.sum({self.p(body)})"
         if isinstance(e, Scatter):
             return f"_scatter_{int(e.args[1])}({self.p(e.args[0])})"
         if isinstance(e, sp.Heaviside):
@@ -100,7 +144,8 @@ def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int])
             lines.append(f"    {identifier(sym)} = {printer(value)}")
     results = [printer(program.results[i]) for i in wanted]
     lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
-    return "\n".join(lines) + "\n"
+    helpers = [text for _, text in printer.helpers]
+    return "\n".join(helpers + lines) + "\n"
 
 
 def compile_numba(program: AdjointProgram, name: str, wanted: list[int]) -> tuple[str, Callable]:
@@ -116,6 +161,9 @@ def compile_numba(program: AdjointProgram, name: str, wanted: list[int]) -> tupl
     for key in list(namespace):
         if key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf"):
             namespace[key] = numba.njit(**options)(namespace[key])
+        elif key.startswith("_vsum_"):  # fused sums: strict elements, a reassociable accumulation
+            strict = key.endswith("_at")
+            namespace[key] = numba.njit(**dict(options, fastmath=False if strict else {"reassoc"}))(namespace[key])
     return source, numba.njit(**options)(namespace[name])
 
 
