@@ -68,6 +68,9 @@ def test_demo_runs_as_a_module_and_matches():
     assert done.returncode == 0, done.stderr
     assert "All results match NumPy/SciPy." in done.stdout
     assert "SMMM d/dB" in done.stdout
+    for pillar in ("sparsad.torch:", "sparsad.tensor:", "sparsad.coarsen:"):   # one run of each other pillar
+        assert pillar in done.stdout
+    assert "match: NO" not in done.stdout and "FAILED" not in done.stdout
 
 
 def test_show_prints_the_optimized_derivative_for_given_formats(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""`sparsad demo`: the paper's kernels on a shipped matrix, each result next to NumPy/SciPy's."""
+"""`sparsad demo`: the paper's kernels on a shipped matrix, each result next to NumPy/SciPy's,
+compiled gradients against PyTorch, then one run of each other pillar (`demo_pillars`)."""
 from __future__ import annotations
 
 import time
@@ -42,8 +43,10 @@ def _summary(value) -> str:
     return f"array {array.shape}, |.|_2={np.linalg.norm(array):.6g}"
 
 
-def run_demo(grid: int = 8, seed: int = 0, extra_matrix: str | None = "HB/bcspwr03") -> bool:
-    """Run every paper program through the reference interpreter; True if all match."""
+def run_demo(grid: int = 8, seed: int = 0, extra_matrix: str | None = "HB/bcspwr03",
+             pillars: bool = True) -> bool:
+    """Run every paper program through the reference interpreter, the compiled gradients and one
+    example of each other pillar; True if all match."""
     rng = np.random.default_rng(seed)
     matrices = [(f"Poisson {grid}x{grid} grid (generated)", poisson_2d(grid))]
     if extra_matrix:
@@ -70,6 +73,10 @@ def run_demo(grid: int = 8, seed: int = 0, extra_matrix: str | None = "HB/bcspwr
                   f"{'yes' if ok else 'NO'}  ({elapsed * 1e3:.0f} ms)")
         all_ok &= run_gradients(matrix, rng)
     all_ok &= run_compiled(grid=45)
+    if pillars:
+        from sparsad.demo_pillars import run_pillars
+
+        all_ok &= run_pillars()
     print("\nAll results match NumPy/SciPy." if all_ok else "\nSOME RESULTS DIFFER.")
     return all_ok
 
