@@ -60,6 +60,7 @@ class CompiledProgram(Program):
         self._build = build  # types -> logical expr (derivatives build per input types)
         self._plans: dict[tuple, dict] = {}
         self._signatures: dict[tuple, tuple] = {}  # cheap per-call signature -> (plan key, types)
+        self._formats: list = []
         self._inputs: list[str] | None = None
         self._last: dict | None = None
 
@@ -95,10 +96,12 @@ class CompiledProgram(Program):
         stored, scalars = self.store(inputs)
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
-        signature = (tuple((n, s.format, s.shape, s.values.dtype) for n, s in stored.items()),
+        # (formats by identity: hashing a format's levels costs more; `_formats` keeps them alive)
+        signature = (tuple((n, id(s.format), s.shape, s.values.dtype) for n, s in stored.items()),
                      tuple((n, type(v)) for n, v in scalars.items()))
         found = self._signatures.get(signature)
         if found is None:
+            self._formats.extend(s.format for s in stored.values())
             logical_types = {n: t.logical_type() for n, t in stored.items()}
             logical_types.update({n: value_type(v) for n, v in scalars.items()})
             key = (tuple(sorted((n, t, tuple(extents(t))) for n, t in logical_types.items())),

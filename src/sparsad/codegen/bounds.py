@@ -90,7 +90,9 @@ def join(left: IV | None, right: IV | None) -> IV | None:
 def evaluate(iv: IV, inputs: Mapping[str, Any], memo: dict | None = None) -> Interval:
     """The concrete interval of `iv` on these inputs (None when empty)."""
     memo = {} if memo is None else memo
-    key = id(iv)  # nodes are immutable and outlive the call; hashing them recursively is slow
+    # nodes are immutable and outlive the call; hashing them recursively is slow. The [min, max]
+    # of an array is shared by every node naming it (one scan per array and call)
+    key = ("array", iv.name) if isinstance(iv, IArray) else id(iv)
     if key in memo:
         return memo[key]
     result = _evaluate(iv, inputs, memo)

@@ -445,7 +445,8 @@ class Kernel:
             if isinstance(error, numba.core.errors.TypingError):
                 raise UnsupportedError(f"Numba could not compile the kernel: {error}") from None
             raise
-        return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared)
+        return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared,
+                        indptr=memo.get("pattern_rows"))
 
     def _extents(self, prepared, memo) -> list[int | None]:
         result = []
@@ -463,7 +464,7 @@ class Kernel:
 
     def _check_output(self, prepared, memo, extents) -> None:
         if self.plan.kind == "pattern":  # rows must not overlap before values are added
-            O.pattern_rows(self.plan, prepared, int(extents[0]))
+            memo["pattern_rows"] = O.pattern_rows(self.plan, prepared, int(extents[0]))
         if self.plan.kind not in ("dense", "coo", "workspace", "pattern"):
             return
         checks, sizes = [], {}

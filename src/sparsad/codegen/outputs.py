@@ -338,12 +338,14 @@ def pattern_rows(plan: OutputPlan, inputs: dict, nrows: int) -> np.ndarray:
 
 
 def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
-           extents: list[int | None], inputs: dict | None = None):
-    """The user-facing result from what the kernel returned."""
+           extents: list[int | None], inputs: dict | None = None, indptr=None):
+    """The user-facing result from what the kernel returned (`indptr`: a pattern output's rows,
+    when the caller already computed them with `pattern_rows`)."""
     import scipy.sparse as sp
 
     if plan.kind == "pattern":
-        indptr = pattern_rows(plan, inputs, int(extents[0]))
+        if indptr is None:
+            indptr = pattern_rows(plan, inputs, int(extents[0]))
         first, last = int(indptr[0]), int(indptr[-1])
         source = inputs[plan.pattern[2]]
         # one copy of the input's indices, in their own integer type (scipy would downcast an
