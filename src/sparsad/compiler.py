@@ -66,13 +66,13 @@ class CompiledProgram(Program):
 
     @property
     def inputs(self) -> list[str]:
-        if self._inputs is None:
+        if getattr(self, "_inputs", None) is None:
             self._inputs = self.base.inputs  # the program is immutable: read its names once
             self._input_set = frozenset(self._inputs)
         return list(self._inputs)
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
-        if self._inputs is None:
+        if getattr(self, "_inputs", None) is None:
             self.inputs
         if len(inputs) != len(self._inputs) or any(n not in self._input_set for n in inputs):
             super()._check_inputs(inputs)

@@ -240,7 +240,7 @@ class Derivative(Program):
 
     # running
     def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
-        if self._inputs is None:  # the primal is immutable: read its names once
+        if getattr(self, "_inputs", None) is None:  # the primal is immutable: read its names once
             self._primal_inputs = frozenset(self.primal.inputs)
             self._inputs = self.inputs
             self._input_set = frozenset(self._inputs)
