@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from sparsad.ops.contract import contract as _numpy_contract
 from sparsad.ops.contract import Terms
@@ -17,6 +18,11 @@ from sparsad.ops.contract import vector_vjp as _vector_vjp
 
 #: Run PyTorch's own kernels on the CPU too (used by the tests to exercise the device path).
 FORCE_TORCH_KERNELS = False
+
+
+def _forward_ad_active() -> bool:
+    """Whether a forward-mode dual level is open (else no jvp can be requested of this call)."""
+    return getattr(_forward_ad, "_current_level", 0) >= 0
 
 
 def _use_numba(tensor: torch.Tensor) -> bool:
@@ -56,7 +62,7 @@ def _evaluate_torch(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) ->
 
 def _evaluate(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Channel operands may be 1-D (one channel): the result of a channel role is then 1-D too."""
-    if _use_numba(u):  # NumPy views and the Numba kernels directly (no PyTorch view ops: ~1 us each)
+    if u.device.type == "cpu" and not FORCE_TORCH_KERNELS:  # NumPy views and the Numba kernels directly
         un, vn = u.contiguous().numpy(), v.contiguous().numpy()
         plan = terms.plan(out)
         if out == terms.scalar:
@@ -76,7 +82,8 @@ class _Contract(torch.autograd.Function):
     def forward(ctx, terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         ctx.terms, ctx.out = terms, out
         ctx.save_for_backward(u, v)
-        ctx.save_for_forward(u, v)
+        if _forward_ad_active():  # a jvp can only be asked for inside a dual level
+            ctx.save_for_forward(u, v)
         return _evaluate(terms, out, u.detach(), v.detach())
 
     @staticmethod

@@ -79,6 +79,8 @@ def spmv(A: SparseMatrix, x: torch.Tensor, alpha: Scalar = 1.0, beta: Scalar = 0
     x = check_dense(A, x, "x", A.shape[1], 0, "length")
     if x.ndim != 1:
         raise ShapeError(f"x must be 1-D for spmv, got shape {tuple(x.shape)}; use spmm for matrices")
+    if y is None and alpha.__class__ is float and alpha == 1.0 and beta.__class__ is float and beta == 0.0:
+        return _autograd._Contract.apply(spmm_terms(A.pattern), 2, A.values, x)  # plain A x: the short path
     alpha = _check_scalar(alpha, "alpha", A)
     beta = _check_scalar(beta, "beta", A)
     w = contract(spmm_terms(A.pattern), 2, {0: A.values, 1: x})

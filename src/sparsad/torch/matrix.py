@@ -249,10 +249,10 @@ class SparseMatrix:
     def __matmul__(self, other: Any):
         from sparsad.torch import linalg
 
+        if isinstance(other, torch.Tensor):
+            return linalg.spmv(self, other) if other.ndim == 1 else linalg.spmm(self, other)
         if isinstance(other, SparseMatrix):
             return linalg.spgemm(self, other)
-        if isinstance(other, torch.Tensor):
-            return linalg.spmm(self, other)
         return NotImplemented
 
     def __rmatmul__(self, other: Any):
