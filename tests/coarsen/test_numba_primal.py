@@ -36,6 +36,28 @@ def f(x, a, T=6):
 """
 
 
+# only top-level sites (the event log replays without per-iteration events), a loop run twice
+TOPLEVEL = """
+import torch
+
+def f(x, a):
+    if torch.sum(x) > a:
+        z = x * a
+    else:
+        z = x - a
+    for rep in (0, 1):
+        k = 0
+        while k < 8:
+            k += 1
+            if torch.sum(z * z) > 3.0:
+                break
+            z = z * 1.5
+    if a > 0.5:
+        z = z + 1.0
+    return torch.sum(z * x)
+"""
+
+
 @pytest.fixture(autouse=True)
 def no_fallback():
     with warnings.catch_warnings():
@@ -175,3 +197,17 @@ def test_straight_line_ready_call_on_new_inputs_and_leaves():
 def test_explain_names_the_recording_primal():
     text = coarsen.explain(apps.bgd_hyperopt, *_bgd(), print_it=False)
     assert "recording primal: compiled with Numba" in text
+
+
+def test_top_level_sites_record_like_the_eager_primal():
+    f = load_function(TOPLEVEL)
+    x = torch.tensor([0.7, -0.3, 0.4], dtype=torch.float64)
+    plan = coarsen.Coarsened(f).plan((x, torch.tensor(0.1, dtype=torch.float64)))
+    primal = numba_primal.NumbaPrimal(f, plan.sites)
+    for a in (0.1, 0.9, 2.0):
+        args = (x, torch.tensor(a, dtype=torch.float64))
+        _, record = primal(args)
+        with torch.no_grad():
+            _, eager = plan.run(*args)
+        assert record.loops == eager.loops and record.branches == eager.branches
+        assert len(record.loops) == 2 and len(record.branches) == 2

@@ -524,9 +524,9 @@ class NumbaPrimal:
     def run_values(self, args: tuple):
         """(outputs, Record, the arguments as passed to Numba), or None on overflow."""
         values = []
-        for a in self.full_args(args):
+        for a in (args if len(args) == self.n_params else self.full_args(args)):
             if type(a) is _Tensor:
-                values.append(a.item() if a.dim() == 0 else a.detach().numpy())
+                values.append(a.item() if a.dim() == 0 else (a.detach().numpy() if a.requires_grad else a.numpy()))
             else:
                 values.append(a)
         ev = np.empty(2 + 3 * CAPACITY, dtype=np.int64)
@@ -543,6 +543,27 @@ def replay(ev: np.ndarray, n: int, sites: list) -> Record:
     """The ``Record`` the eager instrumented primal would have left, from the event log."""
     record = Record()
     data = ev[2:2 + 3 * n].tolist()
+    if STEP not in data[0::3]:
+        # no per-iteration events, so no recorded site ran inside a recorded loop's iteration:
+        # every event is at the top level (path ()), and the dictionaries are filled directly
+        loops, branches, counters = record.loops, record.branches, record._counters
+        current = None
+        for k in range(0, 3 * n, 3):
+            kind, value = data[k], data[k + 2]
+            site = sites[data[k + 1]]
+            if kind == STEPS:
+                current[0] += value
+            elif kind == ENTER:
+                entry = counters.get((site, ()), 0)
+                counters[(site, ())] = entry + 1
+                current = loops[(site, (), entry)] = [0, False]
+            elif kind == BRK:
+                current[1] = True
+            elif kind == BRANCH:
+                entry = counters.get((site, ()), 0)
+                counters[(site, ())] = entry + 1
+                branches[(site, (), entry)] = bool(value)
+        return record
     for k in range(0, 3 * n, 3):
         kind, sid, value = data[k], data[k + 1], data[k + 2]
         site = sites[sid]

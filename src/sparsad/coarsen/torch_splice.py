@@ -25,7 +25,7 @@ def fit_gradient(value, like: torch.Tensor) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         if like.dim() == 0:
             np_dtype = _NUMPY_DTYPES.get(like.dtype)
-            if np_dtype is not None and like.device.type == "cpu":  # ~3x cheaper than torch.tensor
+            if np_dtype is not None and like.is_cpu:  # ~2x cheaper than torch.tensor
                 return torch.from_numpy(np.array(value, dtype=np_dtype))
             return torch.tensor(float(value), dtype=like.dtype, device=like.device)
         return torch.full(like.shape, float(value), dtype=like.dtype, device=like.device)
