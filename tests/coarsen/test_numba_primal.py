@@ -211,3 +211,26 @@ def test_top_level_sites_record_like_the_eager_primal():
             _, eager = plan.run(*args)
         assert record.loops == eager.loops and record.branches == eager.branches
         assert len(record.loops) == 2 and len(record.branches) == 2
+
+
+def test_parameters_after_plain_tensors_in_grad_and_backward():
+    """nn.Parameter shares the signature of a plain tensor: the ready-made paths must take it too."""
+    fn = coarsen.symbolic(apps.bgd_hyperopt)
+    grad = coarsen.grad(fn, argnums=2)
+    args = _bgd()
+    for _ in range(FAST_PRIMAL_AFTER + 1):
+        grad(*args)
+    x, y, r = (torch.nn.Parameter(t.clone()) for t in args[:3])
+    expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
+    assert rel_err(grad(x, y, r, *args[3:]), expected) <= TOL
+    for _ in range(2):
+        r.grad = None
+        fn(x.detach(), y.detach(), r, *args[3:]).backward()
+        assert rel_err(r.grad, expected) <= TOL
+    (px, py), _ = apps.make_spring(1)
+    sgrad = coarsen.grad(apps.spring_energy, argnums=(0, 1))
+    for _ in range(2):
+        sgrad(px, py)
+    got = sgrad(torch.nn.Parameter(px.clone()), torch.nn.Parameter(py.clone()))
+    for g, e in zip(got, torch_reference(apps.spring_energy, (px, py), (0, 1))):
+        assert rel_err(g, e) <= TOL

@@ -181,7 +181,7 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
             values = []
             for i in tensor_positions:
                 a = args[i]
-                if type(a) is not Tensor or not a.is_cpu:
+                if not isinstance(a, Tensor) or not a.is_cpu:
                     return _MISS
                 values.append(a.item() if a.dim() == 0 else (a.detach().numpy() if a.requires_grad else a.numpy()))
             grads = direct(*values, 1.0)

@@ -525,7 +525,7 @@ class NumbaPrimal:
         """(outputs, Record, the arguments as passed to Numba), or None on overflow."""
         values = []
         for a in (args if len(args) == self.n_params else self.full_args(args)):
-            if type(a) is _Tensor:
+            if isinstance(a, _Tensor):
                 values.append(a.item() if a.dim() == 0 else (a.detach().numpy() if a.requires_grad else a.numpy()))
             else:
                 values.append(a)

@@ -163,7 +163,7 @@ def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Ca
             # the steady state, inlined: tensors as NumPy views (0-d ones and seeds as floats)
             values = []
             for k, a in enumerate(args):
-                if type(a) is Tensor:
+                if isinstance(a, Tensor):
                     if a.dim() == 0:
                         values.append(a.item())
                     else:
