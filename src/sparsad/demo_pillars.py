@@ -7,14 +7,7 @@ import time
 
 import numpy as np
 
-
-def _median_seconds(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[repeat // 2]
+from sparsad.demo import _median_time
 
 
 def run_torch_training() -> bool:
@@ -76,14 +69,14 @@ def run_coarsened_gradient() -> bool:
     for _ in range(2):        # the first calls trace, differentiate and compile (adjoint, then primal)
         ours = gradient(*args)
     setup = time.perf_counter() - start
-    elapsed = _median_seconds(lambda: gradient(*args))
+    elapsed = _median_time(lambda: gradient(*args))
     ours = ours if isinstance(ours, tuple) else (ours,)
     leaves = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) and i in
               (argnums if isinstance(argnums, (tuple, list)) else (argnums,)) else a
               for i, a in enumerate(args)]
     wrt = [leaves[i] for i in (argnums if isinstance(argnums, (tuple, list)) else (argnums,))]
     reference = torch.autograd.grad(fn(*leaves), wrt)
-    torch_time = _median_seconds(lambda: torch.autograd.grad(fn(*leaves), wrt))
+    torch_time = _median_time(lambda: torch.autograd.grad(fn(*leaves), wrt))
     err = max(float((o - r).abs().max() / r.abs().max().clamp_min(1e-300)) for o, r in zip(ours, reference))
     ok = err <= 1e-10
     print("\n== sparsad.coarsen: symbolic derivative of a loop with a data-dependent break ==")
