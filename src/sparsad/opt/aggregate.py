@@ -102,8 +102,12 @@ def aggregate_by_key(e: Expr, types: Mapping[str, Type], fresh: Fresh) -> Expr |
     return Let(c, collected, Sum(k2, a2, Var(c), Singleton(Unique(Var(k2)), value)))
 
 
+AGGREGATE_RULE = Rule("aggregate by key before expanding (applied only outside loops)",
+                      lambda e, scope: aggregate_by_key(e, scope.types, Fresh(all_names(e))))
+
+
 def _aggregate_outside_loops(e: Expr, types: dict[str, Type], fresh: Fresh) -> Expr:
-    """Apply `aggregate_by_key` at every position not inside a loop's body."""
+    """Apply `aggregate_by_key` (`AGGREGATE_RULE`) at every position not inside a loop's body."""
     rewritten = aggregate_by_key(e, types, fresh)
     if rewritten is not None:
         return rewritten
