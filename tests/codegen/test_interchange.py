@@ -64,9 +64,11 @@ def test_transpose_pattern_is_the_csc_index():
     assert np.array_equal(A.data[tperm], C.data)
 
 
-def test_transpose_rejects_overlapping_rows():
+def test_transpose_rejects_overlapping_rows_and_columns_out_of_range():
     with pytest.raises(FormatError):
         _transpose(np.array([0, 3, 1], np.int64), np.array([0, 1, 2], np.int64), 3)
+    with pytest.raises(FormatError):
+        _transpose(np.array([0, 2, 3], np.int64), np.array([0, 5, 2], np.int64), 3)
 
 
 def test_smmm_gradient_on_rectangular_and_empty_operands(make_csr):

@@ -206,7 +206,12 @@ def _transpose(pos: np.ndarray, idx: np.ndarray, ncols: int):
         from sparsad.errors import FormatError
 
         raise FormatError("the pos array of a CSR input must be non-decreasing and end within its idx array")
-    return transpose_pattern(pos, idx, ncols)
+    try:
+        return transpose_pattern(pos, idx, ncols)
+    except IndexError as error:
+        from sparsad.errors import FormatError
+
+        raise FormatError(f"{error} ({ncols} columns); fix the index arrays of the input") from None
 
 
 RULES = ("interchange the row loop of a matrix result keyed by the column of a CSR input",)
