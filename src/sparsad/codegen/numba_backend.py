@@ -352,6 +352,8 @@ class Kernel:
         self._static_extents = [shape[d] if shape is not None else static[d]
                                 for d in range(loops.depth)]
         self._workspaces = [c for c in loops.containers if c.kind == "workspace"]
+        self._workspace_names = [c.name for c in self._workspaces]
+        self._guard = None  # codegen.guard, built on the first call
 
     @property
     def output(self) -> str:
@@ -405,23 +407,14 @@ class Kernel:
         then reads or writes outside an array."""
         prepared = self.prepare(inputs)
         loops, plan = self.loops, self.plan
-        memo: dict = {}
-        sizes = {}
-        for container in self._workspaces:
-            interval = B.evaluate(container.key_iv, prepared, memo)
-            sizes[container.name] = 0 if interval is None else interval[1] + 1
-        try:
-            if validate:
-                B.run_checks(loops.checks, prepared, memo, sizes)
-            extents = self._extents(prepared, memo)
-            if validate:
-                self._check_output(prepared, memo, extents)
-        except FormatError as error:
-            message = str(error)
-            for parameter, name in self._external.items():
-                if parameter != name:  # speak of the inputs by the names the caller used
-                    message = re.sub(rf"\b{re.escape(parameter)}\b", name, message)
-            raise FormatError(message) from None
+        # every check of the call in one straight-line function (codegen.guard); when it does not
+        # vouch for the inputs, the node-by-node path below raises the FormatError naming them
+        passed = self._checked(prepared) if validate else None
+        if passed is not None:
+            size_list, extents, indptr = passed
+            sizes = dict(zip(self._workspace_names, size_list))
+        else:
+            sizes, extents, indptr = self._check_slowly(prepared, validate)
         dtype = self._dtype(prepared)
         # first guess: the stored values of the inputs; then what the last call needed
         capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
@@ -445,8 +438,36 @@ class Kernel:
             if isinstance(error, numba.core.errors.TypingError):
                 raise UnsupportedError(f"Numba could not compile the kernel: {error}") from None
             raise
-        return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared,
-                        indptr=memo.get("pattern_rows"))
+        return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared, indptr=indptr)
+
+    def _checked(self, prepared):
+        """(workspace sizes, extents, pattern indptr) when every check passes, else None."""
+        if self._guard is None:
+            from sparsad.codegen.guard import build_guard
+
+            self._guard = build_guard(self)
+        return self._guard(prepared)
+
+    def _check_slowly(self, prepared, validate: bool):
+        """The checks node by node (bounds.evaluate): raises FormatError naming the input."""
+        memo: dict = {}
+        sizes = {}
+        for container in self._workspaces:
+            interval = B.evaluate(container.key_iv, prepared, memo)
+            sizes[container.name] = 0 if interval is None else interval[1] + 1
+        try:
+            if validate:
+                B.run_checks(self.loops.checks, prepared, memo, sizes)
+            extents = self._extents(prepared, memo)
+            if validate:
+                self._check_output(prepared, memo, extents)
+        except FormatError as error:
+            message = str(error)
+            for parameter, name in self._external.items():
+                if parameter != name:  # speak of the inputs by the names the caller used
+                    message = re.sub(rf"\b{re.escape(parameter)}\b", name, message)
+            raise FormatError(message) from None
+        return sizes, extents, memo.get("pattern_rows")
 
     def _extents(self, prepared, memo) -> list[int | None]:
         result = []
