@@ -261,3 +261,22 @@ def test_first_order_fast_paths_match_dense(want_a, want_x, random_sparse, dense
         torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-12, atol=1e-12)
     else:
         assert x.grad is None
+
+
+@pytest.mark.parametrize("want_a, want_x", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("shape", [(9, 5), (3, 9, 4)])
+def test_spmm_fused_backward_matches_dense(want_a, want_x, shape, random_sparse, dense_reference):
+    """SpMM's first-order backward (both cotangents in one pass over A) against dense autograd."""
+    A = random_sparse(12, 9, 0.4, 3)
+    A.values.requires_grad_(want_a)
+    gen = torch.Generator().manual_seed(1)
+    X = torch.randn(*shape, dtype=f64, generator=gen, requires_grad=want_x)
+    W = torch.randn(*shape[:-2], 12, shape[-1], dtype=f64, generator=gen)
+    ((A @ X) * W).sum().backward()
+    dense, masked = dense_reference(A)
+    X_ref = X.detach().clone().requires_grad_(True)
+    ((dense @ X_ref) * W).sum().backward()
+    if want_a:
+        torch.testing.assert_close(A.values.grad, masked(dense.grad), rtol=1e-12, atol=1e-12)
+    if want_x:
+        torch.testing.assert_close(X.grad, X_ref.grad, rtol=1e-12, atol=1e-12)
