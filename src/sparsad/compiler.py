@@ -92,8 +92,22 @@ class CompiledProgram(Program):
                 else as_format(value, fmt, name=name)
         return stored, scalars
 
+    def _store_fast(self, inputs: Mapping[str, Any]):
+        """`store` for the steady case (stored tensors in no overriding format, Python floats and
+        ints), or None."""
+        stored, scalars = {}, {}
+        for name, value in inputs.items():
+            kind = type(value)
+            if kind is StoredTensor and name not in self.formats:
+                stored[name] = value
+            elif kind is float or kind is int:
+                scalars[name] = value
+            else:
+                return None
+        return stored, scalars
+
     def plan(self, inputs: Mapping[str, Any]) -> dict:
-        stored, scalars = self.store(inputs)
+        stored, scalars = self._store_fast(inputs) or self.store(inputs)
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
         # (formats by identity: hashing a format's levels costs more; `_formats` keeps them alive)
@@ -145,7 +159,7 @@ class CompiledProgram(Program):
         self._check_inputs(inputs)
         plan = self.plan(inputs)
         if plan["kernel"] is not None:
-            result = plan["kernel"](**plan["arrays"])
+            result = plan["kernel"].run(plan["arrays"])
             return _convert(result, plan, out_format)
         value = evaluate(plan["physical"], plan["arrays"])
         return value if out_format == "value" else to_natural(value, plan["result_type"], out_format)

@@ -354,6 +354,8 @@ class Kernel:
         self._workspaces = [c for c in loops.containers if c.kind == "workspace"]
         self._workspace_names = [c.name for c in self._workspaces]
         self._guard = None  # codegen.guard, built on the first call
+        self._parameter_kinds = [(p, n, _array_kind(self.input_types.get(n)), self.input_types.get(n))
+                                 for p, n in self._external.items()]
 
     @property
     def output(self) -> str:
@@ -392,8 +394,14 @@ class Kernel:
                 parts.append(f"unexpected {', '.join(extra)}")
             raise InputError(f"kernel inputs: {'; '.join(parts)}; it takes {', '.join(expected)}")
         prepared: dict[str, Any] = {}  # by parameter name
-        for parameter, name in self._external.items():
-            prepared[parameter] = _convert(name, inputs[name], self.input_types[name])
+        for parameter, name, kind, t in self._parameter_kinds:
+            value = inputs[name]
+            # the common cases without _convert's checks: what it would return unchanged
+            if type(value) is np.ndarray and kind and value.ndim == 1 and value.flags.c_contiguous \
+                    and value.dtype.kind == kind[0] and value.dtype.itemsize in kind[1]:
+                prepared[parameter] = value
+            else:
+                prepared[parameter] = _convert(name, value, t)
         return prepared
 
     def __call__(self, **inputs):
@@ -417,8 +425,10 @@ class Kernel:
             sizes, extents, indptr = self._check_slowly(prepared, validate)
         dtype = self._dtype(prepared)
         # first guess: the stored values of the inputs; then what the last call needed
-        capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
-                                                    if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
+        capacity = 16
+        if plan.kind in ("coo", "workspace"):
+            capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
+                                                        if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
         args = [prepared[n] for n in loops.params] + [sizes[c.name] for c in self._workspaces]
         try:
             while True:
@@ -504,6 +514,13 @@ class Kernel:
         if reals and all(d == np.float32 for d in reals):
             return np.dtype(np.float32)
         return np.dtype(np.float64)
+
+
+def _array_kind(t: Type | None):
+    """(dtype kind, itemsizes) an array input is passed on unchanged with, or None."""
+    if not isinstance(t, Dict):
+        return None
+    return ("i", (1, 2, 4, 8)) if isinstance(_leaf(t), Int) else ("f", (4, 8))
 
 
 def _convert(name: str, value: Any, t: Type):

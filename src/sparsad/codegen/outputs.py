@@ -352,8 +352,10 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         # int64 copy to int32 again when the sizes allow: a second copy)
         index_dtype = source.dtype if source.dtype == np.int32 and last - first < 2**31 - 1 else np.int64
         indices = np.array(source[first:last], dtype=index_dtype)
-        return sp.csr_matrix((arguments[0][first:last], indices, (indptr - first).astype(index_dtype)),
-                             shape=(int(extents[0]), int(extents[1])))
+        # indptr is this call's own array (pattern_rows / codegen.guard build it), never the input's
+        indptr = (indptr - first) if first else indptr
+        return csr_result(arguments[0][first:last], indices, indptr.astype(index_dtype, copy=False),
+                          (int(extents[0]), int(extents[1])))
 
     if plan.kind == "scalar":
         return int(raw) if leaf == "int" else float(raw)
@@ -396,6 +398,31 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         return sp.csr_matrix((keep(values), keep(indices), indptr),
                              shape=(int(extents[0]), int(extents[1])))
     raise ValueError(plan.kind)
+
+
+_TRUSTED_CSR: bool | None = None  # whether scipy's csr_matrix has the attributes csr_result sets
+
+
+def csr_result(data, indices, indptr, shape):
+    """A scipy CSR matrix of arrays this module built consistently (indices and indptr of one
+    int dtype, sorted rows, data and indices of length indptr[-1]). scipy's constructor checks
+    that again (~10 µs, a tenth of a small call); when this scipy's csr_matrix holds exactly
+    those attributes, they are set directly, else the constructor runs."""
+    import scipy.sparse as sp
+
+    global _TRUSTED_CSR
+    if _TRUSTED_CSR is None:
+        probe = sp.csr_matrix((np.zeros(1), np.zeros(1, np.int32), np.array([0, 1], np.int32)),
+                              shape=(1, 1))
+        _TRUSTED_CSR = set(vars(probe)) == {"_shape", "data", "indices", "indptr", "maxprint"}
+        csr_result.maxprint = probe.maxprint
+    if not _TRUSTED_CSR:
+        return sp.csr_matrix((data, indices, indptr), shape=shape)
+    matrix = sp.csr_matrix.__new__(sp.csr_matrix)
+    matrix._shape = shape
+    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
+    matrix.maxprint = csr_result.maxprint
+    return matrix
 
 
 def _nested(typed, depth: int, leaf: str) -> dict:

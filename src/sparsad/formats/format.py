@@ -53,8 +53,11 @@ class Format:
 
     def fields(self) -> tuple[str, ...]:
         """Names of the physical fields, outermost level first, values last."""
-        names = [name for depth, level in enumerate(self.levels) for name in level.fields(depth == 0)]
-        return (*names, self.values)
+        cached = self.__dict__.get("_field_names")  # immutable: computed once (read on every call)
+        if cached is None:
+            names = [name for depth, level in enumerate(self.levels) for name in level.fields(depth == 0)]
+            cached = self.__dict__["_field_names"] = (*names, self.values)
+        return cached
 
     @property
     def is_dense(self) -> bool:
