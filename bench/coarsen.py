@@ -13,7 +13,8 @@ For every application and configuration, in one run:
   ``jit`` cannot run its data-dependent ``break``), and ``sparsad.coarsen.grad`` on JAX arrays.
 
 Ratios are against the competitor measured in the same run.  Run:
-``.venv/bin/python -m bench.coarsen`` (``--quick`` for configuration 1 only).
+``.venv/bin/python -m bench.coarsen`` (``--quick`` for configuration 1 only, ``--app NAME`` for one
+application, e.g. ``--app BGDHyperOpt``; may be repeated).
 """
 from __future__ import annotations
 
@@ -137,11 +138,11 @@ def _jax_rows(name: str, config: int, repeat: int, row: dict) -> None:
     del nstatic, positions
 
 
-def main(quick: bool = False) -> None:
+def main(quick: bool = False, apps: list[str] | None = None) -> None:
     configs = (1,) if quick else (1, 2, 3)
     repeat = 5 if quick else 30
     rows = []
-    for name in APP_NAMES:
+    for name in apps or APP_NAMES:
         for config in configs:
             row = _torch_rows(name, config, repeat)
             _jax_rows(name, config, repeat, row)
@@ -192,5 +193,13 @@ def _report_targets(rows: list[dict]) -> None:
         print("  coarsen.grad slower than jax.jit(jax.grad): " + (", ".join(behind) if behind else "none"))
 
 
+def _apps_from_argv(argv: list[str]) -> list[str] | None:
+    names = [argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--app"]
+    unknown = [n for n in names if n not in APP_NAMES]
+    if unknown:
+        raise SystemExit(f"unknown app(s) {', '.join(unknown)}; choose from {', '.join(APP_NAMES)}")
+    return names or None
+
+
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    main(quick="--quick" in sys.argv, apps=_apps_from_argv(sys.argv))

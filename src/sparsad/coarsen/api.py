@@ -140,7 +140,7 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
                                                 [(positions[n], n) for n in nums], one, single)
         elif (compiled.verified and getattr(plan.fast_primal, "run_values", None) is not None
               and getattr(compiled.fn, "direct", lambda: None)() is not None):
-            fast[_fast_key(args)] = _ready_recorded_call(plan, wrt, nums, positions, single, tensors[wrt[0]])
+            fast[_fast_key(args)] = _ready_recorded_call(plan, wrt, nums, positions, single, args)
     else:
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
@@ -203,48 +203,114 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
 _MISS = object()  # a ready-made call could not serve these arguments: take the general path
 
 
-def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, like):
+READY_LOG_CACHE = 256  # distinct event logs (trip counts, decisions) a ready-made recorded call remembers
+
+
+def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
     """Gradient call for code with recorded control flow whose primal runs under Numba.
 
-    The Numba primal returns the record and the arguments as NumPy arrays/floats; the same
-    values go straight into the jitted adjoint (no second conversion, no torch operations).
-    Anything unusual (a tensor off the CPU, an elevation not compiled yet, an overflowing event
-    log) returns ``_MISS`` and the general path runs.
+    Everything that depends only on the signature is decided here, once: which arguments are
+    tensors, the primal's defaults, how each gradient becomes a tensor.  A call then converts
+    each tensor once (0-d ones to floats, others to NumPy views), runs the Numba primal into an
+    event log and looks the log up: the record, the elevation, the verified jitted adjoint and
+    its parameter values are functions of the log alone (and elevations are only ever appended,
+    so the first one matching a record stays the first), so they are computed on the first
+    occurrence of a log and reused.  The same NumPy values go into the jitted adjoint; no
+    ``Record`` is built and no torch operation runs except wrapping the gradients.
+
+    Anything unusual (a tensor off the CPU, an elevation not compiled or verified yet, an
+    overflowing event log) returns ``_MISS`` and the general path runs.
     """
     import numpy as np
     import torch
 
+    from sparsad.coarsen import numba_primal
     from sparsad.coarsen.torch_splice import fit_gradient
 
     primal = plan.fast_primal
-    tensor_positions = [node.index for node in plan.graph.inputs]
+    jitted_primal = primal.jitted
+    sites = primal.sites
+    n_params = primal.n_params
+    tensor_positions = tuple(node.index for node in plan.graph.inputs)
+    like = args[tensor_positions[wrt[0]]]
     key_tail = (wrt, "torch", str(like.dtype), str(like.device))
-    picks = [(wrt.index(positions[n]), n) for n in nums]
-    cache: dict = {}  # id(elevation) -> jitted adjoint
+    capacity = numba_primal.CAPACITY
+    n_words = 2 + 3 * capacity
+    logs: dict = {}    # event log (bytes) -> (jitted adjoint, parameter values)
+    buffers: list = []  # spare event arrays (list.pop/append are atomic: safe across threads)
+    Tensor, from_numpy, array, ndarray = torch.Tensor, torch.from_numpy, np.array, np.ndarray
+
+    # where each wanted gradient comes from (position in the adjoint's results, argument index)
+    # and whether that argument is 0-d (the key fixes shapes; float64 CPU tensors only get here)
+    picks = tuple((wrt.index(positions[n]), n, args[n].dim() == 0) for n in nums)
+    tensor_kinds = tuple((i, args[i].dim() == 0) for i in tensor_positions)
+    prefix = len(tensor_positions) if tensor_positions == tuple(range(len(tensor_positions))) else None
+
+    def finish(g, like, scalar):
+        if scalar and type(g) is float:
+            return from_numpy(array(g))   # a Python float: a 0-d float64 array
+        if type(g) is ndarray:
+            return fit_gradient(from_numpy(np.ascontiguousarray(g)), like)
+        return fit_gradient(float(g), like)
+
+    def lookup(log: bytes, n: int, ev):
+        """(jitted adjoint, parameter values) for an event log not seen before, or None."""
+        record = numba_primal.replay(ev, n, sites)
+        try:
+            elev = plan.elevation(record)
+        except CoarsenUnsupported:
+            return None
+        compiled = plan.compiled.get((id(elev),) + key_tail)
+        if compiled is None or not compiled.verified or getattr(compiled.fn, "direct", None) is None:
+            return None
+        jitted = compiled.fn.direct()
+        if jitted is None:
+            return None
+        params = tuple(float(v) if isinstance(v, bool) else v for v in param_values(elev, record))
+        if len(logs) >= READY_LOG_CACHE:
+            logs.clear()
+        logs[log] = found = (jitted, params)
+        return found
+
+    del args  # only their signature was needed
 
     def call(args):
-        for i in tensor_positions:
-            if not args[i].is_cpu:
+        if len(args) != n_params:
+            try:
+                args = primal.full_args(args)
+            except numba_primal.NumbaPrimalUnsupported:
                 return _MISS
-        result = primal.run_values(args)
-        if result is None:
+        values = list(args)
+        for i, scalar in tensor_kinds:
+            a = args[i]
+            if not isinstance(a, Tensor) or not a.is_cpu:
+                return _MISS
+            values[i] = a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy())
+        if buffers:
+            ev = buffers.pop()
+            ev[0] = 0
+        else:
+            ev = np.empty(n_words, dtype=np.int64)
+            ev[0], ev[1] = 0, capacity
+        jitted_primal(ev, *values)
+        primal.calls += 1
+        n = ev.item(0)
+        if n > capacity:
             return _MISS
-        _, record, values = result
-        elev = plan.elevation(record)
-        jitted = cache.get(id(elev))
-        if jitted is None:
-            compiled = plan.compiled.get((id(elev),) + key_tail)
-            if compiled is None or not compiled.verified or getattr(compiled.fn, "direct", None) is None:
+        log = ev[2:2 + 3 * n].tobytes()
+        found = logs.get(log)
+        if found is None:
+            found = lookup(log, n, ev)
+            if found is None:
                 return _MISS
-            jitted = compiled.fn.direct()
-            if jitted is None:
-                return _MISS
-            cache[id(elev)] = jitted
-        params = [float(v) if isinstance(v, bool) else v for v in param_values(elev, record)]
-        grads = jitted(*[values[i] for i in tensor_positions], *params, 1.0)
-        out = tuple(fit_gradient(torch.from_numpy(np.ascontiguousarray(grads[k])) if isinstance(grads[k], np.ndarray)
-                                 else float(grads[k]), args[n]) for k, n in picks)
-        return out[0] if single else out
+        buffers.append(ev)
+        jitted, params = found
+        grads = jitted(*(values[:prefix] if prefix is not None else [values[i] for i in tensor_positions]),
+                       *params, 1.0)
+        if single:
+            k, n, scalar = picks[0]
+            return finish(grads[k], args[n], scalar)
+        return tuple(finish(grads[k], args[n], scalar) for k, n, scalar in picks)
 
     return call
 
