@@ -5,8 +5,10 @@ import importlib.util
 import itertools
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 _DIR = Path(tempfile.mkdtemp(prefix="sparsad_coarsen_tests_"))
@@ -37,3 +39,21 @@ def load_function(source: str, name: str = "f"):
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return getattr(module, name)
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    """Imported by a test module: any CoarsenFallbackWarning there is an error."""
+    from sparsad.coarsen.plan import CoarsenFallbackWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoarsenFallbackWarning)
+        yield
+
+
+def bgd_args(size=40, r=0.2):
+    """BGDHyperOpt's arguments (configuration 1 data at `size` points, learning rate r)."""
+    from sparsad.coarsen import apps
+
+    (x, y, _), static = apps.make_bgd(1, size=size)
+    return (x, y, torch.tensor(r, dtype=torch.float64)) + static

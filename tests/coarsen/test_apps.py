@@ -1,15 +1,12 @@
 """Every benchmark application: generated derivatives equal PyTorch autograd and jax.grad (float64)."""
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import rel_err, torch_reference
+from coarsen.helpers_coarsen import no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import apps
-from sparsad.coarsen.plan import CoarsenFallbackWarning
 
 TOL = 1e-10
 # small but structurally complete sizes (the benchmark runs the full Table 1 sizes)
@@ -19,13 +16,6 @@ CASES = [("BGDHyperOpt", c, None) for c in (1, 2, 3)] + [
     ("HookeanSpring", 1, None), ("HookeanSpring", 2, None),
     ("CartPole", 1, 4),
 ]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CoarsenFallbackWarning)
-        yield
 
 
 @pytest.mark.parametrize("name, config, size", CASES)

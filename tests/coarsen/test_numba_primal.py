@@ -1,16 +1,14 @@
 """`coarsen.grad`'s recording primal compiled with Numba: used, equal to the eager record, and refused safely."""
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import load_function, rel_err, torch_reference
+from coarsen.helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import apps, numba_primal
-from sparsad.coarsen.plan import FAST_PRIMAL_AFTER, CoarsenFallbackWarning
+from sparsad.coarsen.plan import FAST_PRIMAL_AFTER
 
 TOL = 1e-10
 
@@ -58,22 +56,10 @@ def f(x, a):
 """
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CoarsenFallbackWarning)
-        yield
-
-
-def _bgd(size=40, r=0.2):
-    (x, y, _), static = apps.make_bgd(1, size=size)
-    return (x, y, torch.tensor(r, dtype=torch.float64)) + static
-
-
 def test_bgd_grad_runs_the_numba_primal_and_matches_autograd(monkeypatch):
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    args = _bgd()
+    args = bgd_args()
     expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
     for _ in range(FAST_PRIMAL_AFTER):          # eager record, then compile and check the Numba primal
         assert rel_err(grad(*args), expected) <= TOL
@@ -90,7 +76,7 @@ def test_bgd_grad_runs_the_numba_primal_and_matches_autograd(monkeypatch):
     monkeypatch.setattr(plan, "run", no_eager)
     calls = plan.fast_primal.calls
     for r in (0.2, 0.05, 0.9):                  # other learning rates: other trip counts, same compiled code
-        args = _bgd(r=r)
+        args = bgd_args(r=r)
         assert rel_err(grad(*args), torch_reference(apps.bgd_hyperopt, args, (2,))[0]) <= TOL
     assert plan.fast_primal.calls == calls + 3
 
@@ -121,7 +107,7 @@ def test_nested_sites_record_like_the_eager_primal():
 
 def test_float32_keeps_the_eager_primal():
     fn = coarsen.symbolic(apps.bgd_hyperopt)
-    args = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in _bgd())
+    args = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in bgd_args())
     grad = coarsen.grad(fn, argnums=2)
     for _ in range(FAST_PRIMAL_AFTER + 1):
         got = grad(*args)
@@ -154,7 +140,7 @@ def test_disagreeing_numba_primal_is_refused(monkeypatch):
     monkeypatch.setattr(numba_primal.NumbaPrimal, "run_values", wrong)
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    args = _bgd()
+    args = bgd_args()
     expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
     for _ in range(FAST_PRIMAL_AFTER + 1):
         assert rel_err(grad(*args), expected) <= TOL
@@ -164,7 +150,7 @@ def test_disagreeing_numba_primal_is_refused(monkeypatch):
 def test_event_log_overflow_reruns_eagerly(monkeypatch):
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    args = _bgd()
+    args = bgd_args()
     expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
     for _ in range(FAST_PRIMAL_AFTER):
         grad(*args)
@@ -177,7 +163,7 @@ def test_event_log_overflow_reruns_eagerly(monkeypatch):
 def test_numba_false_never_compiles_the_primal():
     fn = coarsen.symbolic(apps.bgd_hyperopt, numba=False)
     grad = coarsen.grad(fn, argnums=2)
-    args = _bgd()
+    args = bgd_args()
     for _ in range(FAST_PRIMAL_AFTER + 1):
         grad(*args)
     assert fn.plan(args).fast_primal is None
@@ -195,7 +181,7 @@ def test_straight_line_ready_call_on_new_inputs_and_leaves():
 
 
 def test_explain_names_the_recording_primal():
-    text = coarsen.explain(apps.bgd_hyperopt, *_bgd(), print_it=False)
+    text = coarsen.explain(apps.bgd_hyperopt, *bgd_args(), print_it=False)
     assert "recording primal: compiled with Numba" in text
 
 
@@ -217,7 +203,7 @@ def test_parameters_after_plain_tensors_in_grad_and_backward():
     """nn.Parameter shares the signature of a plain tensor: the ready-made paths must take it too."""
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    args = _bgd()
+    args = bgd_args()
     for _ in range(FAST_PRIMAL_AFTER + 1):
         grad(*args)
     x, y, r = (torch.nn.Parameter(t.clone()) for t in args[:3])

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import load_function, rel_err, torch_reference
+from coarsen.helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import api, apps, numba_primal
 from sparsad.coarsen.plan import FAST_PRIMAL_AFTER, CoarsenFallbackWarning
@@ -33,18 +33,6 @@ def f(x, a):
 """
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CoarsenFallbackWarning)
-        yield
-
-
-def _bgd(size=40, r=0.2):
-    (x, y, _), static = apps.make_bgd(1, size=size)
-    return (x, y, torch.tensor(r, dtype=torch.float64)) + static
-
-
 def _warm(grad, args):
     for _ in range(FAST_PRIMAL_AFTER + 1):   # eager record, Numba primal compiled and checked, ready call built
         grad(*args)
@@ -53,7 +41,7 @@ def _warm(grad, args):
 def test_steady_state_builds_no_record_and_replays_each_log_once(monkeypatch):
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    _warm(grad, _bgd())
+    _warm(grad, bgd_args())
     replays = []
     original = numba_primal.replay
 
@@ -62,9 +50,9 @@ def test_steady_state_builds_no_record_and_replays_each_log_once(monkeypatch):
         return original(*a)
 
     monkeypatch.setattr(numba_primal, "replay", counting)
-    monkeypatch.setattr(fn.plan(_bgd()), "run", lambda *a: pytest.fail("the eager primal ran"))
+    monkeypatch.setattr(fn.plan(bgd_args()), "run", lambda *a: pytest.fail("the eager primal ran"))
     for r in (0.2, 0.05, 0.9, 0.2, 0.05, 0.9):      # three trip counts, each seen twice
-        args = _bgd(r=r)
+        args = bgd_args(r=r)
         got = grad(*args)
         assert rel_err(got, torch_reference(apps.bgd_hyperopt, args, (2,))[0]) <= TOL
         assert got.shape == () and got.dtype == torch.float64
@@ -75,7 +63,7 @@ def test_several_arguments_vector_and_scalar_gradients():
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=(0, 2, 1))
     for r in (0.2, 0.2, 0.2, 0.6, 0.6):
-        args = _bgd(r=r)
+        args = bgd_args(r=r)
         got = grad(*args)
         expected = torch_reference(apps.bgd_hyperopt, args, (0, 2, 1))
         assert len(got) == 3
@@ -87,9 +75,9 @@ def test_log_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(api, "READY_LOG_CACHE", 2)
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    _warm(grad, _bgd())
+    _warm(grad, bgd_args())
     for r in (0.05, 0.1, 0.3, 0.6, 0.9, 0.05, 0.3):
-        args = _bgd(r=r)
+        args = bgd_args(r=r)
         assert rel_err(grad(*args), torch_reference(apps.bgd_hyperopt, args, (2,))[0]) <= TOL
 
 
@@ -113,7 +101,7 @@ def test_tensor_off_the_signature_takes_the_general_path():
     """A NumPy array of the tensor's shape and dtype has the same cheap key: the ready call refuses it."""
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    args = _bgd()
+    args = bgd_args()
     _warm(grad, args)
     x, y, r, *static = args
     expected = torch_reference(apps.bgd_hyperopt, args, (2,))[0]
@@ -129,7 +117,7 @@ def test_tensor_off_the_signature_takes_the_general_path():
 def test_defaults_and_non_contiguous_tensors():
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=(0, 2))
-    x, y, r, T, tol = _bgd()
+    x, y, r, T, tol = bgd_args()
     _warm(grad, (x, y, r))                          # T and tol from the function's defaults
     wide = torch.stack([x, torch.zeros_like(x)], 1)[:, 0]   # a strided view of x's values
     assert not wide.is_contiguous()
@@ -142,8 +130,8 @@ def test_defaults_and_non_contiguous_tensors():
 def test_threads_share_the_ready_call():
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
-    _warm(grad, _bgd())
-    cases = [_bgd(r=r) for r in (0.05, 0.2, 0.6, 0.9)]
+    _warm(grad, bgd_args())
+    cases = [bgd_args(r=r) for r in (0.05, 0.2, 0.6, 0.9)]
     expected = [torch_reference(apps.bgd_hyperopt, args, (2,))[0] for args in cases]
     errors = []
 

@@ -4,6 +4,20 @@ from __future__ import annotations
 from sparsad.lang.syntax import Expr, Let, LetTuple, Sum, Var, walk
 
 
+def bound_names(expr: Expr) -> set[str]:
+    """Every name a sum, let or tupled let binds anywhere in expr."""
+    names: set[str] = set()
+    for node in walk(expr):
+        match node:
+            case Sum(key=k, val=v):
+                names.update((k, v))
+            case Let(name=n):
+                names.add(n)
+            case LetTuple(names=ns):
+                names.update(ns)
+    return names
+
+
 def all_names(expr: Expr) -> set[str]:
     """Every variable name used or bound anywhere in expr."""
     names: set[str] = set()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sparsad.lang.names import Fresh, all_names, rename_bound
+from sparsad.lang.names import Fresh, all_names, bound_names, rename_bound
 from sparsad.lang.rebuild import map_children, substitute
 from sparsad.lang.syntax import (Binary, Expr, If, Let, Lookup, Singleton, Sum, Unique, Var,
                                  free_vars, walk)
@@ -144,7 +144,7 @@ def _inline_looked_up_generator(e, _):
         return None
     uses = sum(1 for n in walk(e.body) if n == Var(e.name))
     lookups = sum(1 for n in walk(e.body) if isinstance(n, Lookup) and n.dict == Var(e.name))
-    if uses == 0 or uses != lookups or e.value.source.name in _binders(e.body):
+    if uses == 0 or uses != lookups or e.value.source.name in bound_names(e.body):
         return None
     return substitute(e.body, e.name, e.value)
 
@@ -163,18 +163,8 @@ def _lookup_linear_generator(e, _):
         return Let(gen.key, e.key, Let(gen.val, Lookup(gen.source, Var(gen.key)), gen.body.value))
 
 
-def _binders(e: Expr) -> set[str]:
-    names: set[str] = set()
-    for node in walk(e):
-        if isinstance(node, Sum):
-            names.update((node.key, node.val))
-        elif isinstance(node, Let):
-            names.add(node.name)
-    return names
-
-
 def _lookup_at_own_key(e, _):
-    if not isinstance(e, Sum) or free_vars(e.source) & _binders(e.body):
+    if not isinstance(e, Sum) or free_vars(e.source) & bound_names(e.body):
         return None
     outer = e
 

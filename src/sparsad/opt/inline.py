@@ -1,20 +1,9 @@
 """Copy propagation: `let x = a in body` with a constant or variable `a` becomes body[x := a]."""
 from __future__ import annotations
 
+from sparsad.lang.names import bound_names
 from sparsad.lang.rebuild import map_children, substitute
-from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var, walk
-
-
-def _bound_names(expr: Expr) -> set[str]:
-    names: set[str] = set()
-    for node in walk(expr):
-        if isinstance(node, Sum):
-            names.update((node.key, node.val))
-        elif isinstance(node, Let):
-            names.add(node.name)
-        elif isinstance(node, LetTuple):
-            names.update(node.names)
-    return names
+from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, Var
 
 
 def inline_atoms(expr: Expr) -> Expr:
@@ -22,7 +11,7 @@ def inline_atoms(expr: Expr) -> Expr:
     expr = map_children(expr, inline_atoms)
     if isinstance(expr, Let) and isinstance(expr.value, (Const, EmptyDict, Var)):
         value = expr.value
-        if isinstance(value, Var) and value.name in _bound_names(expr.body):
+        if isinstance(value, Var) and value.name in bound_names(expr.body):
             return expr  # substituting would be captured by an inner binder
         return substitute(expr.body, expr.name, value)
     return expr
