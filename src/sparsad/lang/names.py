@@ -20,18 +20,7 @@ def bound_names(expr: Expr) -> set[str]:
 
 def all_names(expr: Expr) -> set[str]:
     """Every variable name used or bound anywhere in expr."""
-    names: set[str] = set()
-    for node in walk(expr):
-        match node:
-            case Var(name=n):
-                names.add(n)
-            case Sum(key=k, val=v):
-                names.update((k, v))
-            case Let(name=n):
-                names.add(n)
-            case LetTuple(names=ns):
-                names.update(ns)
-    return names
+    return bound_names(expr) | {node.name for node in walk(expr) if isinstance(node, Var)}
 
 
 class Fresh:
