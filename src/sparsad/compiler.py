@@ -61,21 +61,11 @@ class CompiledProgram(Program):
         self._plans: dict[tuple, dict] = {}
         self._signatures: dict[tuple, tuple] = {}  # cheap per-call signature -> (plan key, types)
         self._formats: list = []
-        self._inputs: list[str] | None = None
         self._last: dict | None = None
 
     @property
     def inputs(self) -> list[str]:
-        if getattr(self, "_inputs", None) is None:
-            self._inputs = self.base.inputs  # the program is immutable: read its names once
-            self._input_set = frozenset(self._inputs)
-        return list(self._inputs)
-
-    def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
-        if getattr(self, "_inputs", None) is None:
-            self.inputs
-        if len(inputs) != len(self._inputs) or any(n not in self._input_set for n in inputs):
-            super()._check_inputs(inputs)
+        return self.base.inputs
 
     def store(self, inputs: Mapping[str, Any]) -> tuple[dict[str, StoredTensor], dict[str, Any]]:
         """Split inputs into stored tensors (in their formats) and scalars."""

@@ -134,7 +134,6 @@ class Derivative(Program):
         self.output = "auto"
         self.passes = OPTIONAL_PASSES
         self._cache: dict[tuple, dict[str, Expr]] = {}
-        self._inputs: list[str] | None = None
         self._compiled: dict[str, Any] = {}
 
     # Program interface
@@ -239,17 +238,10 @@ class Derivative(Program):
         raise ValueError(f"unknown mode {mode!r}")
 
     # running
-    def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
-        if getattr(self, "_inputs", None) is None:  # the primal is immutable: read its names once
-            self._primal_inputs = frozenset(self.primal.inputs)
-            self._inputs = self.inputs
-            self._input_set = frozenset(self._inputs)
-        if len(inputs) != len(self._inputs) or any(n not in self._input_set for n in inputs):
-            super()._check_inputs(inputs)
-
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
         self._check_inputs(inputs)
-        primal_inputs = {k: v for k, v in inputs.items() if k in self._primal_inputs}
+        primal_names = self.primal._input_names()
+        primal_inputs = {k: v for k, v in inputs.items() if k in primal_names}
         results = {}
         # grad and jacobian resolve to reverse or tensorized mode unless mode="forward" is asked
         compiled = not self.interpret and self.kind in ("grad", "jacobian") and self.mode != "forward"

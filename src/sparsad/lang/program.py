@@ -71,7 +71,17 @@ class Program:
         types.update({k: parse_type(t) if isinstance(t, str) else t for k, t in input_types.items()})
         return infer(self.expr, types)
 
+    def _input_names(self) -> frozenset[str]:
+        """`inputs` as a set, computed once: a program's names never change (checked on every call)."""
+        names = self.__dict__.get("_input_name_set")
+        if names is None:
+            names = self._input_name_set = frozenset(self.inputs)
+        return names
+
     def _check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        names = self._input_names()
+        if len(inputs) == len(names) and all(n in names for n in inputs):
+            return
         missing = [n for n in self.inputs if n not in inputs]
         extra = [n for n in inputs if n not in self.inputs]
         if missing:
