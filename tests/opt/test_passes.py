@@ -120,12 +120,18 @@ def test_vvd_with_dense_v1_and_coo_v2_reduces_to_the_single_loop_of_section_5_3(
     assert alpha_equal(physical, parse("sum(<_, i> in (0:V2_len)) { V2_row(i) -> V2_val(i) }")), to_text(physical)
 
 
-def test_batax_with_csr_reduces_to_the_section_5_5_loop_nest_without_temporaries():
-    A = sp.random(6, 5, density=0.4, format="csr", random_state=3)
-    stored = {"A": as_format(A, "csr"), "x": as_format(np.ones(5), "dense")}
+def _batax_wrt_x_on_csr(A):
+    """BATAx's Jacobian w.r.t. x optimized for a CSR A: (physical program, stages, stored inputs)."""
+    stored = {"A": as_format(A, "csr"), "x": as_format(np.ones(A.shape[1]), "dense")}
     types = {"beta": REAL, "A": tensor(2), "x": tensor(1)}
     derivative = gradient(parse(PAPER_PROGRAMS["batax"].text), "x", types)
-    _, stages = optimize(derivative, types, stored)
+    physical, stages = optimize(derivative, types, stored)
+    return physical, stages, stored
+
+
+def test_batax_with_csr_reduces_to_the_section_5_5_loop_nest_without_temporaries():
+    A = sp.random(6, 5, density=0.4, format="csr", random_state=3)
+    _, stages, stored = _batax_wrt_x_on_csr(A)
     physical = stages["cse"]  # the last pass, `interchange`, then reorders the loops (below)
     expected = parse("""
         sum(<_, i> in (0:A_len))
@@ -144,10 +150,7 @@ def test_batax_with_csr_reduces_to_the_section_5_5_loop_nest_without_temporaries
 
 def test_batax_interchange_makes_the_outer_loop_fix_the_result_row():
     A = sp.random(7, 5, density=0.4, format="csr", random_state=4)
-    stored = {"A": as_format(A, "csr"), "x": as_format(np.ones(5), "dense")}
-    types = {"beta": REAL, "A": tensor(2), "x": tensor(1)}
-    derivative = gradient(parse(PAPER_PROGRAMS["batax"].text), "x", types)
-    physical, _ = optimize(derivative, types, stored)
+    physical, _, stored = _batax_wrt_x_on_csr(A)
     expected = parse("""
         sum(<_, j> in (0:A_T_tlen))
           sum(<q, i> in A_T_tidx(A_T_tpos(j):A_T_tpos(j + 1)))
