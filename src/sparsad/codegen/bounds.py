@@ -100,6 +100,38 @@ def evaluate(iv: IV, inputs: Mapping[str, Any], memo: dict | None = None) -> Int
     return result
 
 
+# Arithmetic on concrete intervals (None = empty); codegen.guard emits calls to the same functions.
+def interval_range(start: Interval, end: Interval) -> Interval:
+    """The values of a loop over (start:end)."""
+    if start is None or end is None or start[0] > end[1] - 1:
+        return None
+    return (start[0], end[1] - 1)
+
+
+def interval_add(a: Interval, b: Interval) -> Interval:
+    return None if a is None or b is None else (a[0] + b[0], a[1] + b[1])
+
+
+def interval_sub(a: Interval, b: Interval) -> Interval:
+    return None if a is None or b is None else (a[0] - b[1], a[1] - b[0])
+
+
+def interval_mul(a: Interval, b: Interval) -> Interval:
+    if a is None or b is None:
+        return None
+    products = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
+    return (min(products), max(products))
+
+
+def interval_join(a: Interval, b: Interval) -> Interval:
+    if a is None or b is None:
+        return a if b is None else b
+    return (min(a[0], b[0]), max(a[1], b[1]))
+
+
+INTERVAL_OPS = {"+": interval_add, "-": interval_sub, "*": interval_mul}
+
+
 def _evaluate(iv: IV, inputs: Mapping[str, Any], memo: dict) -> Interval:
     match iv:
         case IConst(value=v):
@@ -116,25 +148,11 @@ def _evaluate(iv: IV, inputs: Mapping[str, Any], memo: dict) -> Interval:
                 return None
             return (int(array.min()), int(array.max()))
         case IRange(start=s, end=e):
-            lo, hi = evaluate(s, inputs, memo), evaluate(e, inputs, memo)
-            if lo is None or hi is None or lo[0] > hi[1] - 1:
-                return None
-            return (lo[0], hi[1] - 1)
+            return interval_range(evaluate(s, inputs, memo), evaluate(e, inputs, memo))
         case IArith(op=op, left=l, right=r):
-            a, b = evaluate(l, inputs, memo), evaluate(r, inputs, memo)
-            if a is None or b is None:
-                return None
-            if op == "+":
-                return (a[0] + b[0], a[1] + b[1])
-            if op == "-":
-                return (a[0] - b[1], a[1] - b[0])
-            products = [x * y for x in a for y in b]
-            return (min(products), max(products))
+            return INTERVAL_OPS[op](evaluate(l, inputs, memo), evaluate(r, inputs, memo))
         case IJoin(left=l, right=r):
-            a, b = evaluate(l, inputs, memo), evaluate(r, inputs, memo)
-            if a is None or b is None:
-                return a if b is None else b
-            return (min(a[0], b[0]), max(a[1], b[1]))
+            return interval_join(evaluate(l, inputs, memo), evaluate(r, inputs, memo))
     raise TypeError(f"not an interval expression: {iv!r}")
 
 

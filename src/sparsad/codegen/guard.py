@@ -6,8 +6,8 @@ output that the input's row pointers do not decrease). Evaluating the interval t
 node in Python, with one NumPy `min` and one `max` per index array, costs 20-50 µs per call.
 `build_guard` turns them into the Python source of one function (`guard(P)`, P = the prepared
 inputs by parameter name): one Numba pass per index array gives its (min, max), and the tree
-arithmetic is straight-line code on Python ints (exact: no overflow, the same numbers as
-`bounds.evaluate`).
+arithmetic is straight-line code on Python ints (exact: no overflow), calling the same interval
+functions as `bounds.evaluate`.
 
 The guard decides only "all checks pass": it returns (workspace sizes, output extents, pattern
 indptr or None), or None when any check fails or a case is not covered. `Kernel.run` then
@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from sparsad.codegen import bounds as B
+from sparsad.codegen import outputs as O
 from sparsad.codegen.ir import Num as B_Num
 
 
@@ -53,44 +54,13 @@ def array_interval(array: np.ndarray):
     return None if n == 0 else (int(lo), int(hi))
 
 
-def _range(s, e):
-    if s is None or e is None or s[0] > e[1] - 1:
-        return None
-    return (s[0], e[1] - 1)
-
-
-def _add(a, b):
-    return None if a is None or b is None else (a[0] + b[0], a[1] + b[1])
-
-
-def _sub(a, b):
-    return None if a is None or b is None else (a[0] - b[1], a[1] - b[0])
-
-
-def _mul(a, b):
-    if a is None or b is None:
-        return None
-    products = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
-    return (min(products), max(products))
-
-
-def _join(a, b):
-    if a is None or b is None:
-        return a if b is None else b
-    return (min(a[0], b[0]), max(a[1], b[1]))
-
-
 def _pattern_indptr(pos: np.ndarray, rows: int, nrows: int):
     """`outputs.pattern_rows` when pos[:rows + 1] is non-decreasing, else None (the slow path
     raises)."""
     m = rows + 1
     if m < 1 or m > pos.shape[0] or not _nondecreasing(pos, m):
         return None
-    if m == nrows + 1:
-        return pos[:m].astype(np.int64)  # a copy (finish only reads it)
-    indptr = np.full(nrows + 1, pos[m - 1], dtype=np.int64)
-    indptr[:m] = pos[:m]
-    return indptr
+    return O.indptr_from_rows(pos[:m], nrows)
 
 
 class _Emitter:
@@ -115,8 +85,7 @@ class _Emitter:
             case B.IRange(start=s, end=e):
                 code = f"_range({self.node(s)}, {self.node(e)})"
             case B.IArith(op=op, left=l, right=r):
-                fn = {"+": "_add", "-": "_sub", "*": "_mul"}[op]
-                code = f"{fn}({self.node(l)}, {self.node(r)})"
+                code = f"_ops[{op!r}]({self.node(l)}, {self.node(r)})"
             case B.IJoin(left=l, right=r):
                 code = f"_join({self.node(l)}, {self.node(r)})"
             case _:
@@ -178,8 +147,8 @@ def build_guard(kernel) -> Callable[[dict], tuple | None]:
     # appends both in the order of the slow path, so a node is defined before its first use
     source = "\n".join(["def guard(P):", *em.lines,
                         f"    return {size_list}, [{', '.join(extents)}], {indptr}"]) + "\n"
-    namespace = dict(_array=array_interval, _point=_point, _range=_range, _add=_add, _sub=_sub,
-                     _mul=_mul, _join=_join, _pattern_indptr=_pattern_indptr)
+    namespace = dict(_array=array_interval, _point=_point, _range=B.interval_range, _ops=B.INTERVAL_OPS,
+                     _join=B.interval_join, _pattern_indptr=_pattern_indptr)
     exec(compile(source, "<sparsad guard>", "exec"), namespace)  # noqa: S102 - our own source
     guard = namespace["guard"]
     guard.source = source

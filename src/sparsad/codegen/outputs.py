@@ -332,6 +332,12 @@ def pattern_rows(plan: OutputPlan, inputs: dict, nrows: int) -> np.ndarray:
     pos = np.asarray(inputs[pos_name][: rows + 1], dtype=np.int64)
     if np.any(np.diff(pos) < 0):
         raise FormatError(f"{pos_name} must be non-decreasing (it delimits the rows of a CSR input)")
+    return indptr_from_rows(pos, nrows)
+
+
+def indptr_from_rows(pos: np.ndarray, nrows: int) -> np.ndarray:
+    """The result's indptr (a new int64 array) from the first row pointers of the input, known
+    to be non-decreasing; rows past them are empty."""
     indptr = np.full(nrows + 1, pos[-1] if len(pos) else 0, dtype=np.int64)
     indptr[: len(pos)] = pos
     return indptr
