@@ -169,13 +169,11 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
 
     from sparsad.coarsen.torch_splice import fit_gradient
 
-    import numpy as np
-
     direct = getattr(adjoint, "direct", lambda: None)()
     if direct is not None:  # the jitted adjoint: NumPy views in, the wanted gradients out
         wanted = sorted({k for k, _ in picks})
         order = [(wanted.index(k), n) for k, n in picks]
-        Tensor, from_numpy, contiguous, ndarray = torch.Tensor, torch.from_numpy, np.ascontiguousarray, np.ndarray
+        Tensor, finish = torch.Tensor, _gradient_finisher()
 
         def call(args):
             values = []
@@ -183,10 +181,9 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
                 a = args[i]
                 if not isinstance(a, Tensor) or not a.is_cpu:
                     return _MISS
-                values.append(a.item() if a.dim() == 0 else (a.detach().numpy() if a.requires_grad else a.numpy()))
+                values.append(_numpy_value(a, a.dim() == 0))
             grads = direct(*values, 1.0)
-            out = [fit_gradient(from_numpy(contiguous(grads[j])) if type(grads[j]) is ndarray else grads[j], args[n])
-                   for j, n in order]
+            out = [finish(grads[j], args[n], False) for j, n in order]
             return out[0] if single else tuple(out)
 
         return call
@@ -201,6 +198,31 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
 
 
 _MISS = object()  # a ready-made call could not serve these arguments: take the general path
+
+
+def _numpy_value(a, scalar: bool):
+    """A CPU tensor as jitted code takes it: a float when 0-d, else a NumPy view."""
+    return a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy())
+
+
+def _gradient_finisher():
+    """finish(g, like, scalar): a gradient the jitted adjoint returned, as a tensor fitted to
+    `like` (the argument it belongs to; `scalar` when that is 0-d)."""
+    import numpy as np
+    import torch
+
+    from sparsad.coarsen.torch_splice import fit_gradient
+
+    from_numpy, array, ndarray, contiguous = torch.from_numpy, np.array, np.ndarray, np.ascontiguousarray
+
+    def finish(g, like, scalar):
+        if scalar and type(g) is float:
+            return from_numpy(array(g))   # a Python float: a 0-d float64 array
+        if type(g) is ndarray:
+            return fit_gradient(from_numpy(contiguous(g)), like)
+        return fit_gradient(float(g), like)
+
+    return finish
 
 
 READY_LOG_CACHE = 256  # distinct event logs (trip counts, decisions) a ready-made recorded call remembers
@@ -225,7 +247,6 @@ def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
     import torch
 
     from sparsad.coarsen import numba_primal
-    from sparsad.coarsen.torch_splice import fit_gradient
 
     primal = plan.fast_primal
     jitted_primal = primal.jitted
@@ -238,7 +259,7 @@ def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
     n_words = 2 + 3 * capacity
     logs: dict = {}    # event log (bytes) -> (jitted adjoint, parameter values)
     buffers: list = []  # spare event arrays (list.pop/append are atomic: safe across threads)
-    Tensor, from_numpy, array, ndarray = torch.Tensor, torch.from_numpy, np.array, np.ndarray
+    Tensor = torch.Tensor
 
     # where each wanted gradient comes from (position in the adjoint's results, argument index)
     # and whether that argument is 0-d (the key fixes shapes; float64 CPU tensors only get here)
@@ -246,12 +267,7 @@ def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
     tensor_kinds = tuple((i, args[i].dim() == 0) for i in tensor_positions)
     prefix = len(tensor_positions) if tensor_positions == tuple(range(len(tensor_positions))) else None
 
-    def finish(g, like, scalar):
-        if scalar and type(g) is float:
-            return from_numpy(array(g))   # a Python float: a 0-d float64 array
-        if type(g) is ndarray:
-            return fit_gradient(from_numpy(np.ascontiguousarray(g)), like)
-        return fit_gradient(float(g), like)
+    finish = _gradient_finisher()
 
     def lookup(log: bytes, n: int, ev):
         """(jitted adjoint, parameter values) for an event log not seen before, or None."""
@@ -285,7 +301,7 @@ def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
             a = args[i]
             if not isinstance(a, Tensor) or not a.is_cpu:
                 return _MISS
-            values[i] = a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy())
+            values[i] = _numpy_value(a, scalar)
         if buffers:
             ev = buffers.pop()
             ev[0] = 0
