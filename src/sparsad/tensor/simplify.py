@@ -1,77 +1,130 @@
 """Elementary algebraic simplification with SymPy (§5.2).
 
 A tree of Add, Sub and Scale nodes is a linear combination of terms. Each structurally distinct
-term (by the CSE canonical id, so equal einsums spelled differently coincide) becomes a SymPy
-symbol, SymPy collects the coefficients, and the combination is rebuilt with the zero terms gone:
+term (by the CSE canonical id, so equal einsums spelled differently coincide) gets an exact SymPy
+coefficient, like terms are collected, and the combination is rebuilt with the zero terms gone:
 0.5·T + 0.5·T' - A + A (T' a renaming of T) becomes T.
+
+Combinations are memoised by node, so a graph whose sums share sub-sums (as derivative graphs
+do) is walked once, not once per path through it.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 import sympy
 
 from sparsad.tensor.cse import Canonicalizer
-from sparsad.tensor.graph import rewrite
+from sparsad.tensor.graph import topological
 from sparsad.tensor.nodes import Add, Constant, Node, Scale, Sub, zeros
+
+Combination = dict[int, sympy.Expr]     # canonical term id -> exact coefficient
+
+
+@lru_cache(maxsize=4096)
+def _float_coefficient(value: float) -> sympy.Expr:
+    # nsimplify is slow and coefficients repeat across a graph, hence the cache
+    if value != value or value in (float("inf"), float("-inf")):
+        return sympy.Float(value)
+    return sympy.nsimplify(value, rational=True)
 
 
 def _coefficient(value) -> sympy.Expr:
     if isinstance(value, sympy.Expr):
         return value
-    return sympy.nsimplify(value, rational=True) if float(value) == float(value) else sympy.Float(value)
+    return _float_coefficient(float(value))
+
+
+def _is_linear(node: Node) -> bool:
+    return isinstance(node, (Add, Sub, Scale))
 
 
 def _is_zero(node: Node) -> bool:
     return isinstance(node, Constant) and node.value.size <= 4096 and not np.any(node.value)
 
 
-def linear_terms(node: Node, canon: Canonicalizer) -> tuple[sympy.Expr, dict[sympy.Symbol, Node]]:
-    """The Add/Sub/Scale tree under `node` as a SymPy linear combination of term symbols."""
-    terms: dict[sympy.Symbol, Node] = {}
+def _combine(left: Combination, right: Combination, sign: int) -> Combination:
+    out = dict(left)
+    for key, coef in right.items():
+        out[key] = out.get(key, sympy.Integer(0)) + sign * coef
+    return out
 
-    def walk(n: Node) -> sympy.Expr:
+
+class LinearTerms:
+    """Linear combinations of the Add/Sub/Scale trees of one graph, memoised by node."""
+
+    def __init__(self, canon: Canonicalizer):
+        self.canon = canon
+        self.terms: dict[int, Node] = {}
+        self._memo: dict[int, Combination] = {}
+
+    def of(self, node: Node) -> Combination:
+        """The combination under `node`; terms are looked up in `self.terms`."""
+        stack = [node]
+        while stack:     # iterative post-order, so deep sums do not hit the recursion limit
+            n = stack[-1]
+            if n.uid in self._memo:
+                stack.pop()
+                continue
+            pending = [c for c in n.inputs if c.uid not in self._memo] if _is_linear(n) else []
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            self._memo[n.uid] = self._combination(n)
+        return self._memo[node.uid]
+
+    def _combination(self, n: Node) -> Combination:
         if isinstance(n, Add):
-            return walk(n.inputs[0]) + walk(n.inputs[1])
+            return _combine(self._memo[n.inputs[0].uid], self._memo[n.inputs[1].uid], 1)
         if isinstance(n, Sub):
-            return walk(n.inputs[0]) - walk(n.inputs[1])
+            return _combine(self._memo[n.inputs[0].uid], self._memo[n.inputs[1].uid], -1)
         if isinstance(n, Scale):
-            return _coefficient(n.coef) * walk(n.inputs[0])
+            coef = _coefficient(n.coef)
+            return {k: coef * c for k, c in self._memo[n.inputs[0].uid].items()}
         if _is_zero(n):
-            return sympy.Integer(0)
-        symbol = sympy.Symbol(f"t{canon.id(n)}")
-        terms.setdefault(symbol, n)
-        return symbol
-
-    return walk(node), terms
+            return {}
+        key = self.canon.id(n)
+        self.terms.setdefault(key, n)
+        return {key: sympy.Integer(1)}
 
 
-def simplify_linear(node: Node, canon: Canonicalizer) -> Node:
-    if not isinstance(node, (Add, Sub, Scale)):
-        return node
-    expr, terms = linear_terms(node, canon)
-    expr = sympy.expand(expr)
-    pieces = []
-    for symbol, term in terms.items():
-        coef = expr.coeff(symbol)
-        if coef != 0:
-            pieces.append((coef, term))
-    if not pieces:
-        return zeros(node.shape)
+def rebuild(combination: Combination, terms: dict[int, Node], shape: tuple[int, ...]) -> Node:
+    """The Add/Sub/Scale tree of a combination, without its zero terms."""
     result = None
-    for coef, term in pieces:
-        negative = coef.is_negative
+    for key, coef in combination.items():
+        if coef == 0:
+            continue
+        term = terms[key]
+        negative = bool(coef.is_negative)
         magnitude = -coef if negative else coef
         part = term if magnitude == 1 else Scale(float(magnitude), term)
         if result is None:
             result = Scale(-1, part) if negative else part
         else:
             result = Sub(result, part) if negative else Add(result, part)
-    return result
+    return zeros(shape) if result is None else result
+
+
+def simplify_linear(node: Node, linear: LinearTerms) -> Node:
+    if not _is_linear(node):
+        return node
+    return rebuild(linear.of(node), linear.terms, node.shape)
 
 
 def simplify(nodes: Sequence[Node]) -> list[Node]:
-    """Collect like terms of every linear combination in the graph."""
-    canon = Canonicalizer()
-    return rewrite(list(nodes), lambda n: simplify_linear(n, canon))
+    """Collect like terms of every linear combination in the graph.
+
+    Only the roots of Add/Sub/Scale trees (outputs, or operands of other nodes) are rebuilt: the
+    sums inside a tree are folded into its root's combination.
+    """
+    order = topological(nodes)
+    roots = {n.uid for n in nodes} | {c.uid for n in order if not _is_linear(n) for c in n.inputs}
+    linear = LinearTerms(Canonicalizer())
+    new: dict[int, Node] = {}
+    for node in order:
+        rebuilt = node.with_inputs([new[c.uid] for c in node.inputs]) if node.inputs else node
+        new[node.uid] = simplify_linear(rebuilt, linear) if node.uid in roots else rebuilt
+    return [new[n.uid] for n in nodes]
