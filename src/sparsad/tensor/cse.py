@@ -19,7 +19,7 @@ from sparsad.tensor.nodes import (
     Transpose, Variable,
 )
 
-_MAX_PERMUTATIONS = 5040
+_MAX_ORDERS = 120
 
 
 class Canonicalizer:
@@ -88,18 +88,69 @@ def _relabel(subs: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
     return tuple("".join(mapping[c] for c in s) for s in subs), mapping
 
 
+def _refine(in_subs: Sequence[str], out: str, colors: list) -> list[int]:
+    """Colour refinement of the operands (Weisfeiler-Lehman on the tensor diagram).
+
+    An operand's new colour is its old colour plus, for each of its axes, whether the letter is
+    an output letter and the colours and axes of every other occurrence of the letter. Colours are
+    ranks of these invariant signatures, so they never depend on how the letters are spelled or
+    in which order the operands are listed, nor on the order of the output letters.
+    """
+    where: dict[str, list[tuple[int, int]]] = {}
+    for k, sub in enumerate(in_subs):
+        for axis, ch in enumerate(sub):
+            where.setdefault(ch, []).append((k, axis))
+    outset = set(out)
+    colors = _ranks(colors)
+    while True:
+        signatures = [
+            (colors[k], tuple((ch in outset,
+                               tuple(sorted((colors[j], a) for j, a in where[ch] if (j, a) != (k, axis))))
+                              for axis, ch in enumerate(sub)))
+            for k, sub in enumerate(in_subs)]
+        refined = _ranks(signatures)
+        if len(set(refined)) == len(set(colors)):
+            return refined
+        colors = refined
+
+
+def _ranks(keys: Sequence) -> list[int]:
+    table = {key: rank for rank, key in enumerate(sorted(set(keys)))}
+    return [table[key] for key in keys]
+
+
+def _tie_groups(colors: Sequence[int]) -> list[list[int]]:
+    order = sorted(range(len(colors)), key=lambda k: colors[k])
+    return [list(g) for _, g in itertools.groupby(order, key=lambda k: colors[k])]
+
+
+def _orders(in_subs: Sequence[str], out: str, colors: list, budget: list[int]):
+    """Operand orders to try: refine, then single out each operand of the first tied cell in
+    turn and recurse (individualisation-refinement, as graph canonisers do). The first branch is
+    always followed to a leaf; the others only while `budget` (leaves) lasts."""
+    colors = _refine(in_subs, out, colors)
+    groups = _tie_groups(colors)
+    cell = next((g for g in groups if len(g) > 1), None)
+    if cell is None:
+        budget[0] -= 1
+        yield [g[0] for g in groups]
+        return
+    for k in cell:
+        yield from _orders(in_subs, out, [(c, j != k) for j, c in enumerate(colors)], budget)
+        if budget[0] <= 0:
+            return
+
+
 def _einsum_canonical(in_subs: Sequence[str], out: str, ids: Sequence[int]) -> tuple[tuple, str]:
-    """Canonical (operand ids, wiring, sorted output letters) and the canonical output string."""
-    order = sorted(range(len(ids)), key=lambda k: ids[k])
-    groups = [list(g) for _, g in itertools.groupby(order, key=lambda k: ids[k])]
-    count = 1
-    for g in groups:
-        count *= len(list(itertools.permutations(g))) if len(g) < 8 else _MAX_PERMUTATIONS + 1
-    candidates = (itertools.product(*[itertools.permutations(g) for g in groups])
-                  if count <= _MAX_PERMUTATIONS else [tuple(tuple(g) for g in groups)])
+    """Canonical (operand ids, wiring, sorted output letters) and the canonical output string.
+
+    Operands are ordered by id, refined by how they are wired; ties that refinement leaves are
+    searched, keeping the order with the smallest wiring. Past `_MAX_ORDERS` orders (very
+    symmetric diagrams) the search stops: the key still describes the einsum exactly, so equal
+    keys always mean equal einsums, though two spellings may then get different keys.
+    """
     best = None
-    for choice in candidates:
-        perm = [k for g in choice for k in g]
+    for perm in _orders(in_subs, out, list(ids), [_MAX_ORDERS]):
         subs, mapping = _relabel([in_subs[k] for k in perm])
         # The output's letters as a set belong to the diagram; their order is the transpose.
         outset = tuple(sorted(mapping[c] for c in out))
