@@ -4,9 +4,14 @@
 
 Sum and Transpose are first rewritten as the einsums they are, so every linear node downstream
 is an Einsum, Add, Sub or Scale.
+
+Distribution multiplies terms: an einsum of operands with t1, t2, ... terms becomes t1·t2·...
+einsums, and nested derivatives of inverses compound that exponentially. An einsum whose
+expansion would exceed `max_terms` keeps its sum operands (it is still correct, only less fused).
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Sequence
 
 from sparsad.tensor.graph import einsum_view, rewrite
@@ -47,7 +52,39 @@ def _distribute_one(node: Node) -> Node:
     return node
 
 
-def distribute(nodes: Sequence[Node]) -> list[Node]:
-    """Rewrite so that no Einsum has an Add, Sub or Scale operand (exponential in the worst case,
-    as in the paper; real graphs of derivatives stay small)."""
-    return rewrite(list(nodes), lambda n: _distribute_one(as_einsum(n)))
+MAX_TERMS = 64
+
+
+class TermCounter:
+    """How many terms a node is a linear combination of (with repeats), memoised by node."""
+
+    def __init__(self):
+        self._memo: dict[int, int] = {}
+
+    def __call__(self, node: Node) -> int:
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            linear = isinstance(n, (Add, Sub, Scale))
+            pending = [c for c in n.inputs if c.uid not in self._memo] if linear else []
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            if n.uid not in self._memo:
+                self._memo[n.uid] = sum(self._memo[c.uid] for c in n.inputs) if linear else 1
+        return self._memo[node.uid]
+
+
+def distribute(nodes: Sequence[Node], max_terms: int = MAX_TERMS) -> list[Node]:
+    """Rewrite so that no Einsum has an Add, Sub or Scale operand, unless its expansion would
+    have more than `max_terms` terms."""
+    terms = TermCounter()
+
+    def one(node: Node) -> Node:
+        node = as_einsum(node)
+        if isinstance(node, Einsum) and prod(terms(op) for op in node.inputs) > max_terms:
+            return node
+        return _distribute_one(node)
+
+    return rewrite(list(nodes), one)
