@@ -161,7 +161,7 @@ def table1(quick: bool) -> list[dict]:
         times = {}
         for level, passes in LEVELS.items():
             print(f"    {level}", flush=True)
-            graph = nodes if passes is None else T.optimize(nodes, passes=passes)
+            graph = nodes if passes is None else T.optimize(nodes, passes=passes, guard=False)
             need = peak_bytes(graph)
             if need > MEMORY_BUDGET:
                 row[level] = _fmt_oom(need)

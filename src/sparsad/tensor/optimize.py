@@ -4,18 +4,26 @@
     G = SymbolicExecution(G)                      OPT2: inverses, identities, SymPy (to a fixpoint)
     G = OptContractPath(G)                        path selection (or dimension trees)
     OG = CSE(G)                                   OPT3
+
+The passes are heuristics: on deep derivative graphs (nested inverses, say) distribution and
+fusion can build a graph that costs more than the one they started from. With `guard` (the
+default) the result is compared under `cost.graph_cost` with the input given only the path and
+CSE passes, and the cheaper of the two is returned. Graphs with sparse variables are exempt: the
+model counts dense flops, and there the passes are what keep sparse operands from densifying.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 from sparsad.tensor.contract_path import contraction_paths
+from sparsad.tensor.cost import graph_cost
 from sparsad.tensor.cse import Canonicalizer, cse
 from sparsad.tensor.dimension_tree import dimension_tree as constrain_dimension_tree
 from sparsad.tensor.distribute import distribute
 from sparsad.tensor.fuse import fuse
 from sparsad.tensor.inverse import decompose_inverses
-from sparsad.tensor.nodes import Node
+from sparsad.tensor.graph import topological
+from sparsad.tensor.nodes import Node, Variable
 from sparsad.tensor.prune import prune
 from sparsad.tensor.simplify import simplify
 
@@ -48,12 +56,15 @@ def symbolic(nodes: Sequence[Node], max_rounds: int = 8) -> list[Node]:
 
 
 def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, path: str = "greedy",
-             memory_limit: int | None = None, dimension_tree: Sequence[Node] | None = None):
+             memory_limit: int | None = None, dimension_tree: Sequence[Node] | None = None,
+             guard: bool = True):
     """The optimized graph (same values, cheaper): returns a node for a node, a list for a list.
 
     passes: any subset of ("fuse", "symbolic", "path", "cse"). path: opt_einsum strategy
     ("greedy", "optimal", ...). memory_limit: largest intermediate (elements) a path may plan.
     dimension_tree: sites A_1..A_N when nodes[i] updates A_i in an alternating sweep (§5.4).
+    guard: return the input with only path selection and CSE applied when the cost model rates
+    that cheaper than the full result.
     """
     single = isinstance(nodes, Node)
     graph = [nodes] if single else list(nodes)
@@ -62,6 +73,21 @@ def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, pa
         from sparsad.errors import InputError
 
         raise InputError(f"optimize: unknown passes {sorted(unknown)}; choose from {PASSES}")
+    result = _run_passes(graph, passes, path, memory_limit, dimension_tree)
+    if guard and {"fuse", "symbolic"} & set(passes) and not _has_sparse_variable(graph):
+        plain = _run_passes(graph, [p for p in passes if p in ("path", "cse")], path, memory_limit, None)
+        if graph_cost(plain) < graph_cost(result):
+            result = plain
+    return result[0] if single else result
+
+
+def _has_sparse_variable(graph: Sequence[Node]) -> bool:
+    # the cost model is dense; on sparse operands the passes are what avoid densifying them
+    return any(isinstance(n, Variable) and n.sparse for n in topological(graph))
+
+
+def _run_passes(graph: list[Node], passes: Sequence[str], path: str, memory_limit: int | None,
+                dimension_tree: Sequence[Node] | None) -> list[Node]:
     if "fuse" in passes:
         graph = longer_einsums(graph)
     if "symbolic" in passes:
@@ -73,4 +99,4 @@ def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, pa
             graph = contraction_paths(graph, path, memory_limit)
     if "cse" in passes:
         graph = cse(graph)
-    return graph[0] if single else graph
+    return graph
