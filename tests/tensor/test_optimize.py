@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from sparsad import tensor as T
 from sparsad.tensor.contract_path import contraction_paths
+from sparsad.tensor.cost import graph_cost
 from sparsad.tensor.cse import Canonicalizer, cse
 from sparsad.tensor.distribute import distribute
 from sparsad.tensor.fuse import fuse
@@ -220,3 +221,104 @@ def test_generated_derivative_graphs_optimize_to_same_values(problem):
     opt = T.optimize(nodes)
     assert_same(nodes, opt, rand_feed(xs + vs, seed))
     assert count_nodes(opt, T.Identity) <= count_nodes(nodes, T.Identity)
+
+
+def test_simplify_walks_shared_sums_once():
+    # x_{k+1} = x_k + x_k shares each sum twice: 2^60 paths through the tree, 60 nodes.
+    A = T.Variable("A", (3, 3))
+    x = A
+    for _ in range(60):
+        x = x + x
+    (s,) = simplify([T.einsum("ij->ji", x)])
+    (inner,) = s.inputs
+    assert isinstance(inner, T.Scale) and float(inner.coef) == 2.0 ** 60 and inner.inputs[0] is A
+
+
+def test_distribution_keeps_an_einsum_whose_expansion_is_too_long():
+    A, B = T.Variable("A", (3, 3)), T.Variable("B", (3, 3))
+    sums = [A + B, A - B, 2.0 * A + B]
+    e = T.einsum("ij,jk,kl->il", *sums)             # 2 * 2 * 2 = 8 terms
+    (small,) = distribute([e], max_terms=8)
+    (kept,) = distribute([e], max_terms=7)
+    assert isinstance(small, (T.Add, T.Sub)) and kept is not small
+    assert isinstance(kept, T.Einsum) and any(isinstance(o, (T.Add, T.Sub)) for o in kept.inputs)
+    assert_same([e], [small], rand_feed([A, B]))
+    assert_same([e], [kept], rand_feed([A, B]))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.permutations(range(8)), st.permutations("abcdefghi"))
+def test_cse_identifies_a_long_chain_of_one_operand_in_any_spelling(order, letters):
+    # eight copies of A: brute force over operand orders would try 8! = 40,320 of them
+    A = T.Variable("A", (3, 3))
+    chain = ["ab", "bc", "cd", "de", "ef", "fg", "gh", "hi"]
+    rename = dict(zip("abcdefghi", letters))
+    spelled = [("".join(rename[c] for c in chain[k]), A) for k in order]
+    e1 = T.einsum(",".join(chain) + "->ai", *[A] * 8)
+    e2 = T.einsum(",".join(s for s, _ in spelled) + "->" + rename["a"] + rename["i"], *[op for _, op in spelled])
+    e3 = T.einsum(",".join(chain) + "->ia", *[A] * 8)     # its transpose
+    canon = Canonicalizer()
+    assert canon.id(e1) == canon.id(e2) != canon.id(e3)
+    assert canon.einsum_form(e1)[0] == canon.einsum_form(e3)[0]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.permutations(range(6)), st.permutations("abcdef"))
+def test_cse_tells_symmetric_diagrams_apart_in_any_spelling(order, letters):
+    # every operand of a ring looks alike to refinement: the tie is searched, not guessed
+    A = T.Variable("A", (2, 2))
+    ring_subs = ["ab", "bc", "cd", "de", "ef", "fa"]
+    rename = dict(zip("abcdef", letters))
+    ring = T.einsum(",".join(ring_subs) + "->", *[A] * 6)                    # one 6-cycle
+    respelled = T.einsum(",".join("".join(rename[c] for c in ring_subs[k]) for k in order) + "->", *[A] * 6)
+    two = T.einsum("ab,bc,ca,de,ef,fd->", *[A] * 6)                          # two 3-cycles
+    canon = Canonicalizer()
+    assert canon.id(ring) == canon.id(respelled) != canon.id(two)
+    r, r2, t = values([ring, respelled, two], rand_feed([A], seed=4))
+    assert np.isclose(r, r2) and not np.isclose(r, t)
+
+
+@st.composite
+def expressions(draw):
+    """Random small programs over two 3x3 matrices and a vector, with every node kind."""
+    A, B, v = T.Variable("A", (3, 3)), T.Variable("B", (3, 3)), T.Variable("v", (3,))
+    pool = [A, B]
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["matmul", "add", "sub", "scale", "tanh", "T", "inv", "hadamard", "sum"]))
+        x, y = draw(st.sampled_from(pool)), draw(st.sampled_from(pool))
+        if kind == "matmul":
+            pool.append(T.einsum("ij,jk->ik", x, y))
+        elif kind == "add":
+            pool.append(x + y)
+        elif kind == "sub":
+            pool.append(x - y)
+        elif kind == "scale":
+            pool.append(draw(st.sampled_from([0.5, -2.0, 3.0])) * x)
+        elif kind == "tanh":
+            pool.append(T.tanh(x))
+        elif kind == "T":
+            pool.append(x.T)
+        elif kind == "hadamard":
+            pool.append(x * y)
+        elif kind == "sum":
+            pool.append(T.einsum("i,j->ij", x.sum(0), v))
+        else:   # a well-conditioned inverse: (x x^T + 3 I)^{-1}
+            spd = T.einsum("ij,kj->ik", x, x) + T.Constant(3.0 * np.eye(3))
+            pool.append(T.tensorinv(spd, 1))
+    out = pool[-1]
+    loss = T.einsum("ij,ij->", out, out) + T.einsum("i,ij,j->", v, out, v)
+    return (A, B, v), loss, draw(st.integers(0, 1000))
+
+
+@settings(max_examples=25, deadline=None)
+@given(expressions())
+def test_generated_programs_optimize_to_same_values(problem):
+    (A, B, v), loss, seed = problem
+    V = [T.Variable("VA", (3, 3)), T.Variable("VB", (3, 3))]
+    nodes = [loss] + T.grad(loss, [A, B, v]) + T.hvp(loss, [A, B], V) + [T.hessian(loss, [v])[0][0]]
+    rng = np.random.default_rng(seed)
+    feed = {x: 0.5 * rng.standard_normal(x.shape) for x in (A, B, v, *V)}
+    unguarded = T.optimize(nodes, guard=False)
+    assert_same(nodes, unguarded, feed, rtol=1e-9)
+    guarded = T.optimize(nodes)
+    assert graph_cost(guarded) == min(graph_cost(unguarded), graph_cost(T.optimize(nodes, passes=("path", "cse"))))
