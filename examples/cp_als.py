@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import string
 import time
-from pathlib import Path
 
 import numpy as np
 
 from sparsad import tensor as T
+from sparsad._data import real_tensors
 
 
 def cp_graph(shape, rank):
@@ -103,19 +103,6 @@ def compare_with_tensorly(x: np.ndarray, rank: int, n_iter: int, seed: int = 0) 
     theirs = [theirs[0] * weights] + list(theirs[1:])
     return {"fit_sparsad": fits[-1], "fit_tensorly": fit_of(x, theirs), "time_sparsad_s": t_ours,
             "time_tensorly_s": t_tl}
-
-
-def real_tensors(limit_mb: float = 50.0):
-    """The real tensors of ../shared/data/tensors (NaN-free, up to limit_mb), or nothing."""
-    from sparsad._data import shared_data_dir
-
-    root = shared_data_dir()
-    if root is None or not (root / "tensors").is_dir():
-        return
-    for path in sorted(Path(root / "tensors").glob("*.npy")):
-        x = np.load(path, allow_pickle=False)
-        if x.ndim >= 3 and x.dtype.kind == "f" and np.isfinite(x).all() and x.nbytes < limit_mb * 2**20:
-            yield path.stem, np.asarray(x, dtype=np.float64)
 
 
 def main(small: bool = False) -> list[dict]:

@@ -41,3 +41,17 @@ def load_suitesparse(group_and_name: str):
     if matrix.dtype.kind == "c":
         return matrix
     return matrix.astype("float64")
+
+
+def real_tensors(limit_mb: float = 50.0):
+    """(name, float64 array) for each dense real tensor of ../shared/data/tensors (order >= 3,
+    NaN-free, under limit_mb); nothing if the data is absent."""
+    import numpy as np
+
+    root = shared_data_dir()
+    if root is None or not (root / "tensors").is_dir():
+        return
+    for path in sorted((root / "tensors").glob("*.npy")):
+        x = np.load(path, allow_pickle=False)
+        if x.ndim >= 3 and x.dtype.kind == "f" and np.isfinite(x).all() and x.nbytes < limit_mb * 2**20:
+            yield path.stem, np.asarray(x, dtype=np.float64)

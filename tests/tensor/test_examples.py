@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sparsad._data import real_tensors
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -33,7 +35,7 @@ def test_cp_als_matches_tensorly_parafac():
 def test_cp_als_on_real_tensors(data_dir):
     pytest.importorskip("tensorly")
     cp_als = load("cp_als")
-    found = list(cp_als.real_tensors(limit_mb=4.0))
+    found = list(real_tensors(limit_mb=4.0))
     if not found:
         pytest.skip("no real tensors under ../shared/data/tensors")
     name, x = found[0]
@@ -53,6 +55,17 @@ def test_tucker_hooi_matches_tensorly():
     pytest.importorskip("tensorly")
     result = load("tucker_hooi").main(small=True)
     assert result["error_sparsad"] == pytest.approx(result["error_tensorly"], abs=1e-8)
+
+
+def test_tucker_hooi_on_real_tensors(data_dir):
+    pytest.importorskip("tensorly")
+    tucker = load("tucker_hooi")
+    found = list(real_tensors(limit_mb=4.0))
+    if not found:
+        pytest.skip("no real tensors under ../shared/data/tensors")
+    for name, x in found:     # COVID19 (order 3) and Kinetic (order 4)
+        row = tucker.compare_with_tensorly(x, tuple(min(d, 3) for d in x.shape), 5)
+        assert row["error_sparsad"] == pytest.approx(row["error_tensorly"], abs=1e-8), name
 
 
 def test_dmrg_matches_exact_diagonalization():
