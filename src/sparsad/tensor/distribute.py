@@ -14,7 +14,7 @@ from __future__ import annotations
 from math import prod
 from typing import Sequence
 
-from sparsad.tensor.graph import einsum_view, rewrite
+from sparsad.tensor.graph import einsum_view, fold, is_linear, rewrite
 from sparsad.tensor.nodes import Add, Einsum, Node, SampleAt, Scale, Sub, Sum, Transpose
 
 
@@ -55,31 +55,20 @@ def _distribute_one(node: Node) -> Node:
 MAX_TERMS = 64
 
 
-class TermCounter:
+def term_counter():
     """How many terms a node is a linear combination of (with repeats), memoised by node."""
+    memo: dict[int, int] = {}
 
-    def __init__(self):
-        self._memo: dict[int, int] = {}
+    def count(n: Node) -> int:
+        return sum(memo[c.uid] for c in n.inputs) if is_linear(n) else 1
 
-    def __call__(self, node: Node) -> int:
-        stack = [node]
-        while stack:
-            n = stack[-1]
-            linear = isinstance(n, (Add, Sub, Scale))
-            pending = [c for c in n.inputs if c.uid not in self._memo] if linear else []
-            if pending:
-                stack.extend(pending)
-                continue
-            stack.pop()
-            if n.uid not in self._memo:
-                self._memo[n.uid] = sum(self._memo[c.uid] for c in n.inputs) if linear else 1
-        return self._memo[node.uid]
+    return lambda node: fold(node, memo, is_linear, count)
 
 
 def distribute(nodes: Sequence[Node], max_terms: int = MAX_TERMS) -> list[Node]:
     """Rewrite so that no Einsum has an Add, Sub or Scale operand, unless its expansion would
     have more than `max_terms` terms."""
-    terms = TermCounter()
+    terms = term_counter()
 
     def one(node: Node) -> Node:
         node = as_einsum(node)

@@ -1,11 +1,11 @@
 """Walking and rewriting einsum graphs: topological order, reachability, bottom-up rewrites."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from opt_einsum import get_symbol
 
-from sparsad.tensor.nodes import Einsum, Node, Sum, Transpose, Variable
+from sparsad.tensor.nodes import Add, Einsum, Node, Scale, Sub, Sum, Transpose, Variable
 
 
 def topological(outputs: Iterable[Node]) -> list[Node]:
@@ -53,6 +53,31 @@ def rewrite(outputs: Sequence[Node], fn: Callable[[Node], Node]) -> list[Node]:
         rebuilt = node.with_inputs([new[c.uid] for c in node.inputs]) if node.inputs else node
         new[node.uid] = fn(rebuilt)
     return [new[o.uid] for o in outputs]
+
+
+def is_linear(node: Node) -> bool:
+    """Add, Sub and Scale: the nodes of a linear combination."""
+    return isinstance(node, (Add, Sub, Scale))
+
+
+def fold(node: Node, memo: dict[int, Any], inner: Callable[[Node], bool],
+         combine: Callable[[Node], Any]) -> Any:
+    """Bottom-up value of `node`, memoised by uid in `memo`: `combine(n)` reads the values of
+    n's inputs from `memo` when `inner(n)`, and sees none otherwise (a leaf of the fold).
+    Iterative, so deep chains do not hit Python's recursion limit."""
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if n.uid in memo:
+            stack.pop()
+            continue
+        pending = [c for c in n.inputs if c.uid not in memo] if inner(n) else []
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        memo[n.uid] = combine(n)
+    return memo[node.uid]
 
 
 def einsum_view(node: Node) -> tuple[tuple[str, ...], str] | None:

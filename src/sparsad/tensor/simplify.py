@@ -17,7 +17,7 @@ import numpy as np
 import sympy
 
 from sparsad.tensor.cse import Canonicalizer
-from sparsad.tensor.graph import topological
+from sparsad.tensor.graph import fold, is_linear, topological
 from sparsad.tensor.nodes import Add, Constant, Node, Scale, Sub, zeros
 
 Combination = dict[int, sympy.Expr]     # canonical term id -> exact coefficient
@@ -35,10 +35,6 @@ def _coefficient(value) -> sympy.Expr:
     if isinstance(value, sympy.Expr):
         return value
     return _float_coefficient(float(value))
-
-
-def _is_linear(node: Node) -> bool:
-    return isinstance(node, (Add, Sub, Scale))
 
 
 def _is_zero(node: Node) -> bool:
@@ -62,19 +58,7 @@ class LinearTerms:
 
     def of(self, node: Node) -> Combination:
         """The combination under `node`; terms are looked up in `self.terms`."""
-        stack = [node]
-        while stack:     # iterative post-order, so deep sums do not hit the recursion limit
-            n = stack[-1]
-            if n.uid in self._memo:
-                stack.pop()
-                continue
-            pending = [c for c in n.inputs if c.uid not in self._memo] if _is_linear(n) else []
-            if pending:
-                stack.extend(pending)
-                continue
-            stack.pop()
-            self._memo[n.uid] = self._combination(n)
-        return self._memo[node.uid]
+        return fold(node, self._memo, is_linear, self._combination)
 
     def _combination(self, n: Node) -> Combination:
         if isinstance(n, Add):
@@ -109,7 +93,7 @@ def rebuild(combination: Combination, terms: dict[int, Node], shape: tuple[int, 
 
 
 def simplify_linear(node: Node, linear: LinearTerms) -> Node:
-    if not _is_linear(node):
+    if not is_linear(node):
         return node
     return rebuild(linear.of(node), linear.terms, node.shape)
 
@@ -121,7 +105,7 @@ def simplify(nodes: Sequence[Node]) -> list[Node]:
     sums inside a tree are folded into its root's combination.
     """
     order = topological(nodes)
-    roots = {n.uid for n in nodes} | {c.uid for n in order if not _is_linear(n) for c in n.inputs}
+    roots = {n.uid for n in nodes} | {c.uid for n in order if not is_linear(n) for c in n.inputs}
     linear = LinearTerms(Canonicalizer())
     new: dict[int, Node] = {}
     for node in order:
