@@ -32,17 +32,6 @@ def test_cp_als_matches_tensorly_parafac():
     assert rows[0]["fit_sparsad"] > 0.98
 
 
-def test_cp_als_on_real_tensors(data_dir):
-    pytest.importorskip("tensorly")
-    cp_als = load("cp_als")
-    found = list(real_tensors(limit_mb=4.0))
-    if not found:
-        pytest.skip("no real tensors under ../shared/data/tensors")
-    name, x = found[0]
-    row = cp_als.compare_with_tensorly(x, 2, 5)
-    assert row["fit_sparsad"] == pytest.approx(row["fit_tensorly"], abs=1e-8), name
-
-
 def test_cp_gauss_newton_reaches_the_optimum():
     pytest.importorskip("tensorly")
     result = load("cp_gn").main(small=True)
@@ -57,15 +46,19 @@ def test_tucker_hooi_matches_tensorly():
     assert result["error_sparsad"] == pytest.approx(result["error_tensorly"], abs=1e-8)
 
 
-def test_tucker_hooi_on_real_tensors(data_dir):
+@pytest.mark.parametrize("example, rank, key", [
+    ("cp_als", lambda shape: 2, "fit"),
+    ("tucker_hooi", lambda shape: tuple(min(d, 3) for d in shape), "error"),
+])
+def test_examples_match_tensorly_on_real_tensors(data_dir, example, rank, key):
     pytest.importorskip("tensorly")
-    tucker = load("tucker_hooi")
+    module = load(example)
     found = list(real_tensors(limit_mb=4.0))
     if not found:
         pytest.skip("no real tensors under ../shared/data/tensors")
     for name, x in found:     # COVID19 (order 3) and Kinetic (order 4)
-        row = tucker.compare_with_tensorly(x, tuple(min(d, 3) for d in x.shape), 5)
-        assert row["error_sparsad"] == pytest.approx(row["error_tensorly"], abs=1e-8), name
+        row = module.compare_with_tensorly(x, rank(x.shape), 5)
+        assert row[f"{key}_sparsad"] == pytest.approx(row[f"{key}_tensorly"], abs=1e-8), name
 
 
 def test_dmrg_matches_exact_diagonalization():
