@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
+from sparsad.coarsen import numba_primal
 from sparsad.coarsen.frontend import CoarsenUnsupported
 from sparsad.coarsen.plan import Plan, build_plan, fallback_warning, param_values, signature
 
@@ -138,7 +139,7 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         if not plan.needs_record and compiled.verified:
             fast[_fast_key(args)] = _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
                                                 [(positions[n], n) for n in nums], one, single)
-        elif (compiled.verified and getattr(plan.fast_primal, "run_values", None) is not None
+        elif (compiled.verified and isinstance(plan.fast_primal, numba_primal.NumbaPrimal)
               and getattr(compiled.fn, "direct", lambda: None)() is not None):
             fast[_fast_key(args)] = _ready_recorded_call(plan, wrt, nums, positions, single, args)
     else:
@@ -173,7 +174,7 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
     if direct is not None:  # the jitted adjoint: NumPy views in, the wanted gradients out
         wanted = sorted({k for k, _ in picks})
         order = [(wanted.index(k), n) for k, n in picks]
-        Tensor, finish = torch.Tensor, _gradient_finisher()
+        Tensor, finish, value = torch.Tensor, _gradient_finisher(), numba_primal.numba_value
 
         def call(args):
             values = []
@@ -181,7 +182,7 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
                 a = args[i]
                 if not isinstance(a, Tensor) or not a.is_cpu:
                     return _MISS
-                values.append(_numpy_value(a, a.dim() == 0))
+                values.append(value(a, a.dim() == 0))
             grads = direct(*values, 1.0)
             out = [finish(grads[j], args[n], False) for j, n in order]
             return out[0] if single else tuple(out)
@@ -198,11 +199,6 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
 
 
 _MISS = object()  # a ready-made call could not serve these arguments: take the general path
-
-
-def _numpy_value(a, scalar: bool):
-    """A CPU tensor as jitted code takes it: a float when 0-d, else a NumPy view."""
-    return a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy())
 
 
 def _gradient_finisher():
@@ -246,8 +242,6 @@ def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
     import numpy as np
     import torch
 
-    from sparsad.coarsen import numba_primal
-
     primal = plan.fast_primal
     jitted_primal = primal.jitted
     sites = primal.sites
@@ -259,7 +253,7 @@ def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
     n_words = 2 + 3 * capacity
     logs: dict = {}    # event log (bytes) -> (jitted adjoint, parameter values)
     buffers: list = []  # spare event arrays (list.pop/append are atomic: safe across threads)
-    Tensor = torch.Tensor
+    Tensor, value = torch.Tensor, numba_primal.numba_value
 
     # where each wanted gradient comes from (position in the adjoint's results, argument index)
     # and whether that argument is 0-d (the key fixes shapes; float64 CPU tensors only get here)
@@ -301,7 +295,7 @@ def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
             a = args[i]
             if not isinstance(a, Tensor) or not a.is_cpu:
                 return _MISS
-            values[i] = _numpy_value(a, scalar)
+            values[i] = value(a, scalar)
         if buffers:
             ev = buffers.pop()
             ev[0] = 0

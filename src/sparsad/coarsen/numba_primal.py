@@ -499,7 +499,6 @@ class NumbaPrimal:
 
         _Tensor = torch.Tensor
 
-        self.fn = fn
         self.sites = list(sites)
         self.source, python = translate(fn, self.sites)
         self.jitted = numba.njit(nogil=True, error_model="numpy")(python)
@@ -518,17 +517,8 @@ class NumbaPrimal:
 
     def __call__(self, args: tuple):
         """(outputs as Numba returned them, Record), or None when the event log overflowed."""
-        result = self.run_values(args)
-        return None if result is None else result[:2]
-
-    def run_values(self, args: tuple):
-        """(outputs, Record, the arguments as passed to Numba), or None on overflow."""
-        values = []
-        for a in (args if len(args) == self.n_params else self.full_args(args)):
-            if isinstance(a, _Tensor):
-                values.append(a.item() if a.dim() == 0 else (a.detach().numpy() if a.requires_grad else a.numpy()))
-            else:
-                values.append(a)
+        values = [numba_value(a, a.dim() == 0) if isinstance(a, _Tensor) else a
+                  for a in (args if len(args) == self.n_params else self.full_args(args))]
         ev = np.empty(2 + 3 * CAPACITY, dtype=np.int64)
         ev[0], ev[1] = 0, CAPACITY
         out = self.jitted(ev, *values)
@@ -536,7 +526,12 @@ class NumbaPrimal:
         n = int(ev[0])
         if n > CAPACITY:
             return None
-        return out, replay(ev, n, self.sites), values
+        return out, replay(ev, n, self.sites)
+
+
+def numba_value(a, scalar: bool):
+    """A CPU tensor as jitted code takes it: a float when 0-d (`scalar`), else a NumPy view."""
+    return a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy())
 
 
 def replay(ev: np.ndarray, n: int, sites: list) -> Record:
@@ -580,14 +575,3 @@ def replay(ev: np.ndarray, n: int, sites: list) -> Record:
         else:
             record.step(site)
     return record
-
-
-def to_torch(out, like_dtype=None):
-    """Numba outputs as torch tensors (floats as 0-d float64 tensors)."""
-    import torch
-
-    if isinstance(out, tuple):
-        return tuple(to_torch(o) for o in out)
-    if isinstance(out, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(out))
-    return torch.tensor(float(out), dtype=torch.float64)

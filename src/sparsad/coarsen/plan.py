@@ -149,6 +149,7 @@ def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Ca
         import torch
 
         from sparsad.coarsen.numba_backend import compile_numba, to_numba_args
+        from sparsad.coarsen.numba_primal import numba_value as value
         _source, jitted = compile_numba(program, name, list(wrt))
     except ImportError:
         return torch_fn
@@ -164,10 +165,7 @@ def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Ca
             values = []
             for k, a in enumerate(args):
                 if isinstance(a, Tensor):
-                    if a.dim() == 0:
-                        values.append(a.item())
-                    else:
-                        values.append(a.detach().numpy() if a.requires_grad else a.numpy())
+                    values.append(value(a, a.dim() == 0))
                 elif n_in <= k < n_in + n_par and type(a) is bool:
                     values.append(float(a))
                 else:
@@ -177,16 +175,14 @@ def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Ca
             for i, r in zip(wrt, result):
                 out[i] = from_numpy(contiguous(r)) if isinstance(r, ndarray) else r
             return tuple(out)
+        # the first call: Numba compiles, or cannot type the program and the torch code stays
         values = to_numba_args(args[:n_in], args[n_in:n_in + n_par], args[n_in + n_par:])
-        if state["fn"] is None:
-            try:
-                result = jitted(*values)
-            except Exception:  # Numba cannot type this program: keep the torch code
-                state["fn"] = torch_fn
-                return torch_fn(*args)
-            state["fn"] = jitted
-        else:
+        try:
             result = jitted(*values)
+        except Exception:
+            state["fn"] = torch_fn
+            return torch_fn(*args)
+        state["fn"] = jitted
         out = [None] * n_in
         for i, r in zip(wrt, result):
             out[i] = torch.from_numpy(np.ascontiguousarray(r)) if isinstance(r, np.ndarray) else float(r)
