@@ -265,8 +265,8 @@ def test_first_order_fast_paths_match_dense(want_a, want_x, random_sparse, dense
 
 @pytest.mark.parametrize("want_a, want_x", [(True, True), (True, False), (False, True)])
 @pytest.mark.parametrize("shape", [(9, 5), (3, 9, 4)])
-def test_spmm_fused_backward_matches_dense(want_a, want_x, shape, random_sparse, dense_reference):
-    """SpMM's first-order backward (both cotangents in one pass over A) against dense autograd."""
+def test_spmm_first_order_backward_matches_dense(want_a, want_x, shape, random_sparse, dense_reference):
+    """SpMM's first-order backward (no graph kept), plain and batched, against dense autograd."""
     A = random_sparse(12, 9, 0.4, 3)
     A.values.requires_grad_(want_a)
     gen = torch.Generator().manual_seed(1)

@@ -62,16 +62,14 @@ def _evaluate_torch(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) ->
 
 def _evaluate(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Channel operands may be 1-D (one channel): the result of a channel role is then 1-D too."""
-    if u.device.type == "cpu" and not FORCE_TORCH_KERNELS:  # NumPy views and the Numba kernels directly
-        un, vn = u.contiguous().numpy(), v.contiguous().numpy()
-        plan = terms.plan(out)
-        if out == terms.scalar:
-            un, vn = (a[:, None] if a.ndim == 1 else a for a in (un, vn))
-        return torch.from_numpy(_numpy_contract(terms, out, {plan.u_role: un, plan.v_role: vn}))
-    flat = out != terms.scalar and v.ndim == 1
     if out == terms.scalar:
         u, v = (t[:, None] if t.ndim == 1 else t for t in (u, v))
-    elif flat:
+    if _use_numba(u):  # NumPy views and the Numba kernels directly
+        plan = terms.plan(out)
+        operands = {plan.u_role: u.contiguous().numpy(), plan.v_role: v.contiguous().numpy()}
+        return torch.from_numpy(_numpy_contract(terms, out, operands))
+    flat = out != terms.scalar and v.ndim == 1
+    if flat:
         v = v[:, None]
     result = _evaluate_torch(terms, out, u.contiguous(), v.contiguous())
     return result[:, 0] if flat else result

@@ -138,7 +138,7 @@ def _add_maps(pattern, pa, pb, map_a, map_b, device) -> dict:
 
 
 def _add_values(maps: dict, a, b, alpha, beta) -> torch.Tensor:
-    if a.device.type == "cpu" and not _autograd.FORCE_TORCH_KERNELS:
+    if _autograd._use_numba(a):
         out = np.zeros(maps["nnz"], dtype=np.result_type(a.numpy(), b.numpy()))
         kernels.scatter_sum(maps["a"], a.numpy(), float(alpha), maps["b"], b.numpy(), float(beta), out)
         return torch.from_numpy(out)
@@ -160,11 +160,11 @@ class _Add(torch.autograd.Function):
     def backward(ctx, g):
         a, b, alpha, beta = ctx.saved_tensors
         need = ctx.needs_input_grad
-        if not torch.is_grad_enabled() and g.device.type == "cpu" and not _autograd.FORCE_TORCH_KERNELS \
+        if not torch.is_grad_enabled() and _autograd._use_numba(g) \
                 and not need[3] and not need[4]:  # first order, constant scalars: two Numba gathers
             maps, gn = ctx.maps, g.contiguous().numpy()
             grads = []
-            for wanted, key, scalar, like in ((need[1], "a", alpha, a), (need[2], "b", beta, b)):
+            for wanted, key, scalar in ((need[1], "a", alpha), (need[2], "b", beta)):
                 out = None
                 if wanted:
                     out = np.empty(maps[key].shape[0], dtype=gn.dtype)
