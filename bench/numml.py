@@ -63,7 +63,8 @@ def _per_call(fn, repeat: int, sample_s: float = 2e-3, budget_s: float = 10.0) -
 
 
 def _time_fwd_bwd(forward, inputs, repeat: int) -> tuple[float, float]:
-    """Median forward time (graph built) and backward time (retain_graph) of forward(*inputs)."""
+    """Per-call forward time (graph built) and backward time (retain_graph) of forward(*inputs),
+    each the fastest sample of `_per_call`."""
     t_fwd = _per_call(lambda: forward(*inputs), repeat=repeat)
     out = forward(*inputs)
     grad = torch.randn_like(out) if out.layout == torch.strided else None
@@ -165,8 +166,9 @@ def kernel_table(quick: bool) -> list[dict]:
             repeat = 3 if quick else 7
             big_dmm = op == "SpDMM" and n > 4096
             if big_dmm:
-                if _available_gib() < 16:
-                    print(f"  {op:7s} N={n:6d}  skipped: needs about 12 GiB free, {_available_gib():.0f} GiB available")
+                free = _available_gib()
+                if free < 16:
+                    print(f"  {op:7s} N={n:6d}  skipped: needs about 12 GiB free, {free:.0f} GiB available")
                     continue
                 repeat = 3
             ours, scipy_fwd, tsparse, dense = _kernel_cases(op, n)

@@ -95,17 +95,18 @@ def _grow_right(env, a, w):
 
 
 def _local_ground_state(left, w1, w2, right, guess, tol):
-    (L, W1, W2, R, theta, v), ex, matvec, hess = _local_graphs(left.shape, w1.shape, w2.shape, right.shape)
-    base = {L: left, W1: w1, W2: w2, R: right, theta: guess}
+    (L, W1, W2, R, theta, v), ex, _, hess = _local_graphs(left.shape, w1.shape, w2.shape, right.shape)
     n = guess.size
     if hess is not None:
-        (h,) = ex.run({**base, v: guess}, out=[hess])
+        (h,) = ex.run({L: left, W1: w1, W2: w2, R: right, theta: guess, v: guess}, out=[hess])
         vals, vecs = np.linalg.eigh(h.reshape(n, n))
         return vals[0], vecs[:, 0].reshape(guess.shape)
 
+    matvec_of = local_matvec(left, w1, w2, right)
+
     def apply(x):
         MATVECS[0] += 1
-        return ex.run({**base, v: x.reshape(guess.shape)}, out=[matvec])[0].ravel()
+        return matvec_of(x.reshape(guess.shape)).ravel()
 
     op = LinearOperator((n, n), matvec=apply, dtype=np.float64)
     vals, vecs = eigsh(op, k=1, which="SA", v0=guess.ravel(), tol=tol)

@@ -71,10 +71,10 @@ def run_coarsened_gradient() -> bool:
     setup = time.perf_counter() - start
     elapsed = _median_time(lambda: gradient(*args))
     ours = ours if isinstance(ours, tuple) else (ours,)
-    leaves = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) and i in
-              (argnums if isinstance(argnums, (tuple, list)) else (argnums,)) else a
+    nums = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    leaves = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) and i in nums else a
               for i, a in enumerate(args)]
-    wrt = [leaves[i] for i in (argnums if isinstance(argnums, (tuple, list)) else (argnums,))]
+    wrt = [leaves[i] for i in nums]
     reference = torch.autograd.grad(fn(*leaves), wrt)
     torch_time = _median_time(lambda: torch.autograd.grad(fn(*leaves), wrt))
     err = max(float((o - r).abs().max() / r.abs().max().clamp_min(1e-300)) for o, r in zip(ours, reference))
