@@ -22,8 +22,8 @@ from sparsad.tensor.dimension_tree import dimension_tree as constrain_dimension_
 from sparsad.tensor.distribute import distribute
 from sparsad.tensor.fuse import fuse
 from sparsad.tensor.inverse import decompose_inverses
-from sparsad.tensor.graph import topological
-from sparsad.tensor.nodes import Node, Variable
+from sparsad.tensor.graph import variables
+from sparsad.tensor.nodes import Node
 from sparsad.tensor.prune import prune
 from sparsad.tensor.simplify import simplify
 
@@ -83,7 +83,7 @@ def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, pa
 
 def _has_sparse_variable(graph: Sequence[Node]) -> bool:
     # the cost model is dense; on sparse operands the passes are what avoid densifying them
-    return any(isinstance(n, Variable) and n.sparse for n in topological(graph))
+    return any(v.sparse for v in variables(graph))
 
 
 def _run_passes(graph: list[Node], passes: Sequence[str], path: str, memory_limit: int | None,
