@@ -37,7 +37,7 @@ from sparsad.lang.names import desugar_let_tuples
 from sparsad.lang.printer import to_text
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, Lookup, Neg, Not,
                                  Range, Singleton, SubArray, Sum, Unique, Var, free_vars,
-                                 walk)
+                                 has_loop, walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
 
@@ -638,7 +638,7 @@ class _Lowerer:
         # the left leaf; a costly right operand is built once, before the loops of the left.
         pre: list = []
         env2, tenv2 = env, tenv
-        if any(isinstance(node, Sum) for node in walk(r)) and not isinstance(r, Var):
+        if has_loop(r) and not isinstance(r, Var):
             name = self.fresh("rhs")
             pre, env2, tenv2 = self.bind(name, r, env, tenv)
             r = Var(name)

@@ -263,6 +263,11 @@ def walk(expr: Expr) -> Iterator[Expr]:
         stack.extend(reversed(children(node)))
 
 
+def has_loop(expr: Expr) -> bool:
+    """Whether a sum (a loop) occurs anywhere in the tree."""
+    return any(isinstance(node, Sum) for node in walk(expr))
+
+
 def free_vars(expr: Expr) -> frozenset[str]:
     """Names used in expr but not bound inside it."""
     match expr:

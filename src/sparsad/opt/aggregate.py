@@ -32,17 +32,13 @@ from typing import Mapping
 from sparsad.lang.names import Fresh, all_names, bound_names, rename_bound
 from sparsad.lang.rebuild import map_children, substitute
 from sparsad.lang.syntax import (Binary, Expr, If, Let, Lookup, Singleton, Sum, Unique, Var,
-                                 free_vars, walk)
+                                 free_vars, has_loop, walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Dict, Type
 from sparsad.opt.dce import eliminate_dead_lets
-from sparsad.opt.fuse import is_linear
+from sparsad.opt.fuse import is_linear, strip_unique
 from sparsad.opt.inline import inline_atoms
 from sparsad.opt.rewrite import Rule, rewrite_fixpoint
-
-
-def _strip(e: Expr) -> Expr:
-    return e.operand if isinstance(e, Unique) else e
 
 
 def _layers(body: Expr, bound: list[str]):
@@ -68,10 +64,6 @@ def _layers(body: Expr, bound: list[str]):
     return leaf, (lambda inner: layer(wrap(inner))), names
 
 
-def _has_loop(e: Expr) -> bool:
-    return any(isinstance(n, Sum) for n in walk(e))
-
-
 def aggregate_by_key(e: Expr, types: Mapping[str, Type], fresh: Fresh) -> Expr | None:
     """The first rule of the module docstring, or None when it does not apply."""
     if not isinstance(e, Sum):
@@ -81,8 +73,8 @@ def aggregate_by_key(e: Expr, types: Mapping[str, Type], fresh: Fresh) -> Expr |
         return None
     leaf, wrap, bound = found
     bound_set = set(bound) - {"_"}
-    key = _strip(leaf.key)
-    if not (isinstance(key, Var) and key.name in bound_set and _has_loop(leaf.value)):
+    key = strip_unique(leaf.key)
+    if not (isinstance(key, Var) and key.name in bound_set and has_loop(leaf.value)):
         return None
     reads = (free_vars(leaf.value) & bound_set) - {key.name}
     if len(reads) != 1:
@@ -102,12 +94,8 @@ def aggregate_by_key(e: Expr, types: Mapping[str, Type], fresh: Fresh) -> Expr |
     return Let(c, collected, Sum(k2, a2, Var(c), Singleton(Unique(Var(k2)), value)))
 
 
-AGGREGATE_RULE = Rule("aggregate by key before expanding (applied only outside loops)",
-                      lambda e, scope: aggregate_by_key(e, scope.types, Fresh(all_names(e))))
-
-
 def _aggregate_outside_loops(e: Expr, types: dict[str, Type], fresh: Fresh) -> Expr:
-    """Apply `aggregate_by_key` (`AGGREGATE_RULE`) at every position not inside a loop's body."""
+    """Apply `aggregate_by_key` at every position not inside a loop's body."""
     rewritten = aggregate_by_key(e, types, fresh)
     if rewritten is not None:
         return rewritten

@@ -16,7 +16,7 @@ from __future__ import annotations
 from sparsad.lang.names import Fresh, all_names, rename_bound
 from sparsad.lang.rebuild import substitute
 from sparsad.lang.syntax import (Binary, Expr, If, Let, Lookup, Range, Singleton, Sum, Unique, Var,
-                                 walk)
+                                 has_loop, walk)
 from sparsad.lang.types import Type
 from sparsad.opt.dce import eliminate_dead_lets
 from sparsad.opt.inline import inline_atoms
@@ -35,10 +35,10 @@ def _sum_over_singleton(e, _):
 
 def _lookup_singleton(e, _):
     if isinstance(e, Lookup) and isinstance(e.dict, Singleton):
-        return If(Binary("=", _strip_unique(e.dict.key), e.key), e.dict.value)
+        return If(Binary("=", strip_unique(e.dict.key), e.key), e.dict.value)
 
 
-def _strip_unique(e: Expr) -> Expr:
+def strip_unique(e: Expr) -> Expr:
     return e.operand if isinstance(e, Unique) else e
 
 
@@ -48,7 +48,7 @@ def singleton_leaf(body: Expr, unique: bool):
     around a new innermost expression. With `unique`, the key must be marked unique."""
     match body:
         case Singleton(key=key, value=value) if isinstance(key, Unique) or not unique:
-            return _strip_unique(key), value, lambda inner: inner
+            return strip_unique(key), value, lambda inner: inner
         case Let(name=n, value=v, body=b):
             layer = lambda inner, n=n, v=v: Let(n, v, inner)  # noqa: E731
             inner_body = b
@@ -141,7 +141,7 @@ def _linear_vertical_fusion(e, _):
     found = singleton_leaf(e.source.body, unique=False)
     if not found or not is_linear(e.body, e.val):
         return None
-    if any(isinstance(node, Sum) for node in walk(e.body)):
+    if has_loop(e.body):
         return None  # keys may repeat: a loop in b would run once per entry instead of once per key
     f, g, wrap = found
     # a key may now repeat across iterations: what was unique per key no longer is

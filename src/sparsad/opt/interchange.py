@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from sparsad.lang.syntax import (Binary, Const, Expr, Let, Lookup, Range, Singleton, SubArray, Sum,
-                                 Unique, Var, free_vars, walk)
+                                 Unique, Var, free_vars, has_loop)
 from sparsad.lang.types import Dict, Int, Type
 from sparsad.opt.fuse import singleton_leaf
 
@@ -51,7 +51,7 @@ def _interchange_sum(e: Expr, types: Mapping[str, Type]) -> Expr | None:
     lets: list[tuple[str, Expr]] = []
     body = e.body
     while isinstance(body, Let):
-        if any(isinstance(n, Sum) for n in walk(body.value)):
+        if has_loop(body.value):
             return None
         lets.append((body.name, body.value))
         body = body.body
