@@ -61,7 +61,7 @@ def test_guard_vouches_exactly_when_the_slow_checks_pass(field, value):
         assert guard(prepared) is None
     else:
         sizes, extents, _ = guard(prepared)
-        assert dict(zip(kernel._workspace_names, sizes)) == slow[0] and extents == slow[1]
+        assert dict(zip([c.name for c in kernel._workspaces], sizes)) == slow[0] and extents == slow[1]
 
 
 @pytest.mark.parametrize("kernel_name, wrt", [("smmm", "B"), ("smvm", "X"), ("batax", "x")])

@@ -352,7 +352,6 @@ class Kernel:
         self._static_extents = [shape[d] if shape is not None else static[d]
                                 for d in range(loops.depth)]
         self._workspaces = [c for c in loops.containers if c.kind == "workspace"]
-        self._workspace_names = [c.name for c in self._workspaces]
         self._guard = None  # codegen.guard, built on the first call
         self._parameter_kinds = [(p, n, _array_kind(self.input_types.get(n)), self.input_types.get(n))
                                  for p, n in self._external.items()]
@@ -418,18 +417,18 @@ class Kernel:
         # every check of the call in one straight-line function (codegen.guard); when it does not
         # vouch for the inputs, the node-by-node path below raises the FormatError naming them
         passed = self._checked(prepared) if validate else None
-        if passed is not None:
-            size_list, extents, indptr = passed
-            sizes = dict(zip(self._workspace_names, size_list))
+        if passed is not None:  # the guard lists workspace sizes in self._workspaces' order
+            workspace_sizes, extents, indptr = passed
         else:
             sizes, extents, indptr = self._check_slowly(prepared, validate)
+            workspace_sizes = [sizes[c.name] for c in self._workspaces]
         dtype = self._dtype(prepared)
         # first guess: the stored values of the inputs; then what the last call needed
         capacity = 16
         if plan.kind in ("coo", "workspace"):
             capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
                                                         if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
-        args = [prepared[n] for n in loops.params] + [sizes[c.name] for c in self._workspaces]
+        args = [prepared[n] for n in loops.params] + workspace_sizes
         try:
             while True:
                 out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared)
