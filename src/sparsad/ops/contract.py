@@ -124,30 +124,25 @@ def contract(terms: Terms, out: int, operands: dict[int, np.ndarray]) -> np.ndar
     plan = terms.plan(out)
     u, v = operands[plan.u_role], operands[plan.v_role]
     dtype = np.result_type(u, v)
-    if v.ndim == 1 and out != terms.scalar:  # one channel, 1-D in and out: the SpMV path
-        result = np.empty(terms.sizes[out], dtype=dtype)
-        if plan.kind == "csr":
-            _pick(kernels.csr_vector, terms.n_terms)(plan.seg, plan.iv, u, v, result)
-        else:
-            _pick(kernels.scale_scatter_vector, terms.n_terms)(plan.seg, plan.iu, plan.iv, u, v, result)
-        return result
-    channels = u.shape[1] if out == terms.scalar else v.shape[1]
-    work = terms.n_terms * channels
     if out == terms.scalar:
+        work = terms.n_terms * u.shape[1]
         result = np.empty(terms.sizes[out], dtype=dtype)
         if plan.kind == "single":
             _pick(kernels.masked_dot, work)(plan.iu, plan.iv, u, v, result)
         else:
             _pick(kernels.dot_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
         return result
-    result = np.empty((terms.sizes[out], v.shape[1]), dtype=dtype)
-    if v.shape[1] == 1:  # one channel: the 1-D kernels (views, no copies)
+    if v.ndim == 1 or v.shape[1] == 1:  # one channel: the 1-D kernels (views, no copies)
+        result = np.empty(terms.sizes[out] if v.ndim == 1 else (terms.sizes[out], 1), dtype=dtype)
         flat_v, flat_out = v.reshape(-1), result.reshape(-1)
         if plan.kind == "csr":
-            _pick(kernels.csr_vector, work)(plan.seg, plan.iv, u, flat_v, flat_out)
+            _pick(kernels.csr_vector, terms.n_terms)(plan.seg, plan.iv, u, flat_v, flat_out)
         else:
-            _pick(kernels.scale_scatter_vector, work)(plan.seg, plan.iu, plan.iv, u, flat_v, flat_out)
-    elif plan.kind == "csr":
+            _pick(kernels.scale_scatter_vector, terms.n_terms)(plan.seg, plan.iu, plan.iv, u, flat_v, flat_out)
+        return result
+    work = terms.n_terms * v.shape[1]
+    result = np.empty((terms.sizes[out], v.shape[1]), dtype=dtype)
+    if plan.kind == "csr":
         _pick(kernels.csr_scale, work)(plan.seg, plan.iv, u, v, result)
     else:
         _pick(kernels.scale_scatter, work)(plan.seg, plan.iu, plan.iv, u, v, result)
