@@ -17,7 +17,8 @@ from sparsad.errors import DensifyWarning, FormatError, UnsupportedError, dense_
 from sparsad.formats.format import CSC, CSR, Format, coo, dense, resolve
 from sparsad.formats.levels import Dense
 from sparsad.formats.tensor import SCIPY_FORMATS, StoredTensor, build_levels, scatter_dense
-from sparsad.formats.validate import check_range, check_shape, validate_fields, value_array
+from sparsad.formats.validate import (check_coordinate_rows, check_range, check_scipy, check_shape,
+                                      check_torch_sparse, validate_fields, value_array)
 
 
 def from_arrays(fmt: Format | str, shape: Any, name: str | None = None, **fields: Any) -> StoredTensor:
@@ -121,6 +122,7 @@ def _from_numpy(array: np.ndarray, format, name, label) -> StoredTensor:
 
 def _from_scipy(matrix, format, name, label) -> StoredTensor:
     value_array(np.zeros(0, matrix.dtype), label)  # dtype check before any work
+    check_scipy(matrix, label)  # before scipy sums or converts: its C++ routines trust the arrays
     if format is None:
         kind = matrix.format
         format = {"csr": CSR, "csc": CSC}.get(kind) if matrix.ndim == 2 else None
@@ -150,6 +152,8 @@ def _from_torch(tensor, format, name, label) -> StoredTensor:
     import torch
 
     tensor = tensor.detach()
+    if tensor.layout != torch.strided:
+        check_torch_sparse(tensor, label)  # before coalesce/to_sparse_coo/.to, which trust the indices
     if tensor.is_complex():
         value_array(np.zeros(0, np.complex128), label)
     if tensor.dtype in (torch.float16, torch.bfloat16):
@@ -171,6 +175,8 @@ def _from_torch(tensor, format, name, label) -> StoredTensor:
 
 
 def _from_pydata(array, format, name, label) -> StoredTensor:
+    if getattr(array, "format", None) == "coo":  # checked before pydata's numba routines read them
+        check_coordinate_rows(array.coords, tuple(array.shape), label)
     as_coo = array.asformat("coo")
     if np.any(as_coo.fill_value != 0):
         raise FormatError(f"{label}: pydata/sparse array has fill value {as_coo.fill_value}; "

@@ -217,3 +217,113 @@ def _check_order(level, prefix: list[np.ndarray], ancestors_ordered: bool, label
             k = order[np.flatnonzero(equal)[0]]
             raise FormatError(f"{label}: the coordinate tuple {tuple(int(a[k]) for a in prefix)} "
                               f"is stored twice; {fmt.name} stores each entry once: sum the duplicates")
+
+
+# ----- foreign containers, checked before any library call trusts their arrays -----
+
+def check_compressed(pointers: Any, indices: Any, outer: int, inner: int, label: str,
+                     pointer_name: str = "indptr", index_name: str = "indices") -> tuple[np.ndarray, np.ndarray]:
+    """Raw compressed arrays (CSR/CSC/BSR) checked in O(nnz): pointers of length outer + 1 from 0,
+    non-decreasing, ending within `indices`; every used index in [0, inner). Returns both as int arrays.
+    """
+    pointers = index_array(pointers, f"{label}, {pointer_name}")
+    indices = index_array(indices, f"{label}, {index_name}")
+    if len(pointers) != outer + 1:
+        raise FormatError(f"{label}: {pointer_name} has {len(pointers)} entries but must have {outer + 1} "
+                          f"(one per row/column, {outer}, plus one)")
+    if pointers[0] != 0:
+        raise FormatError(f"{label}: {pointer_name} must start at 0, starts at {pointers[0]}")
+    steps = np.diff(pointers.astype(np.int64))
+    down = np.flatnonzero(steps < 0)
+    if down.size:
+        k = int(down[0])
+        raise FormatError(f"{label}: {pointer_name} must be non-decreasing, but entry {k} is "
+                          f"{pointers[k]} and entry {k + 1} is {pointers[k + 1]}; rebuild the matrix "
+                          f"from coordinates (scipy: coo_matrix((data, (row, col))).tocsr())")
+    if pointers[-1] > len(indices):
+        raise FormatError(f"{label}: {pointer_name} ends at {pointers[-1]} but {index_name} has only "
+                          f"{len(indices)} entries")
+    check_range(indices[:int(pointers[-1])], inner, f"{label}, {index_name}")
+    return pointers, indices
+
+
+def check_coordinate_rows(coords: Any, shape: tuple[int, ...], label: str) -> np.ndarray:
+    """A coordinate array (order x n) checked against shape: integer, in range. Returns it as int64."""
+    coords = np.asarray(coords)
+    if coords.ndim != 2 or coords.shape[0] != len(shape):
+        raise FormatError(f"{label}: coordinates must have shape ({len(shape)}, n), got {coords.shape}")
+    for mode, extent in enumerate(shape):
+        row = index_array(coords[mode], f"{label}, mode {mode}")
+        check_range(row, int(extent), f"{label}, mode {mode}")
+    return coords.astype(np.int64, copy=False)
+
+
+def check_scipy(matrix: Any, label: str) -> None:
+    """The arrays of a scipy.sparse matrix/array, checked before scipy converts or sums them
+    (scipy's constructors check little; its C++ routines trust the rest and may crash)."""
+    shape = tuple(int(n) for n in matrix.shape)
+    if any(n < 0 for n in shape):
+        raise FormatError(f"{label}: negative extent in shape {shape}")
+    kind = matrix.format
+    data = np.asarray(matrix.data) if kind != "dok" else None
+    if kind in ("csr", "csc"):
+        outer, inner = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
+        pointers, _ = check_compressed(matrix.indptr, matrix.indices, outer, inner, label)
+        if data.ndim != 1 or len(data) < pointers[-1]:
+            raise FormatError(f"{label}: data has shape {data.shape} but the {kind} arrays store "
+                              f"{pointers[-1]} entries")
+    elif kind == "bsr":
+        rows, cols = matrix.blocksize
+        if rows <= 0 or cols <= 0 or shape[0] % rows or shape[1] % cols:
+            raise FormatError(f"{label}: block size {matrix.blocksize} does not divide shape {shape}")
+        pointers, _ = check_compressed(matrix.indptr, matrix.indices, shape[0] // rows,
+                                       shape[1] // cols, label)
+        if data.ndim != 3 or len(data) < pointers[-1] or data.shape[1:] != (rows, cols):
+            raise FormatError(f"{label}: data has shape {data.shape} but the bsr arrays store "
+                              f"{pointers[-1]} blocks of {matrix.blocksize}")
+    elif kind == "coo":
+        coords = list(matrix.coords) if hasattr(matrix, "coords") else [matrix.row, matrix.col]
+        lengths = {len(np.asarray(c)) for c in coords} | {len(data)}
+        if len(lengths) != 1 or data.ndim != 1:
+            raise FormatError(f"{label}: coo arrays differ in length ({sorted(lengths)}); give one "
+                              f"coordinate per mode and one value per entry")
+        for mode, (array, extent) in enumerate(zip(coords, shape)):
+            check_range(index_array(array, f"{label}, mode {mode}"), extent, f"{label}, mode {mode}")
+
+
+def check_torch_sparse(tensor: Any, label: str) -> None:
+    """Indices of a torch sparse tensor (COO, CSR, CSC, BSR, BSC), checked before torch
+    coalesces or converts it: torch does neither check by default and may crash on bad input."""
+    layout = str(tensor.layout).replace("torch.", "")
+    shape = tuple(int(n) for n in tensor.shape)
+    sparse_dims = tensor.sparse_dim()
+
+    def numpy(t):
+        return t.detach().cpu().numpy()
+
+    if layout == "sparse_coo":
+        indices = numpy(tensor._indices())
+        values = tensor._values()
+        if indices.ndim != 2 or indices.shape[0] != sparse_dims or values.shape[0] != indices.shape[1]:
+            raise FormatError(f"{label}: torch COO indices of shape {indices.shape} do not match "
+                              f"{values.shape[0]} values and {sparse_dims} sparse dimensions")
+        check_coordinate_rows(indices, shape[:sparse_dims], label)
+        return
+    if layout in ("sparse_csr", "sparse_bsr"):
+        pointers, indices, transposed = tensor.crow_indices(), tensor.col_indices(), False
+        names = ("crow_indices", "col_indices")
+    elif layout in ("sparse_csc", "sparse_bsc"):
+        pointers, indices, transposed = tensor.ccol_indices(), tensor.row_indices(), True
+        names = ("ccol_indices", "row_indices")
+    else:
+        raise FormatError(f"{label}: torch layout {layout} is not a sparse layout sparsad reads")
+    if pointers.ndim != 1:
+        raise FormatError(f"{label}: batched torch {layout} tensors are not supported; pass one matrix")
+    outer, inner = (shape[1], shape[0]) if transposed else (shape[0], shape[1])
+    if layout in ("sparse_bsr", "sparse_bsc"):
+        block = tuple(tensor.values().shape[1:3])
+        if len(block) != 2 or 0 in block:
+            raise FormatError(f"{label}: torch {layout} values of shape {tuple(tensor.values().shape)}")
+        block = block[::-1] if transposed else block
+        outer, inner = outer // block[0], inner // block[1]
+    check_compressed(numpy(pointers), numpy(indices), outer, inner, label, *names)

@@ -122,6 +122,9 @@ def from_input(value: Any, name: str = "input") -> Any:
         import scipy.sparse as sp
 
         if sp.issparse(value):
+            from sparsad.formats.validate import check_scipy
+
+            check_scipy(value, f"input {name!r}")  # before tocoo, which trusts the arrays
             coo = value.tocoo()
             result: dict = {}
             rows, cols, data = coo.row.tolist(), coo.col.tolist(), coo.data.tolist()

@@ -81,6 +81,9 @@ class SparseMatrix:
         if not scipy.sparse.issparse(matrix):
             raise FormatError(f"matrix must be a scipy.sparse matrix, got {type(matrix).__name__}; "
                               "use SparseMatrix.from_dense for dense arrays")
+        from sparsad.formats.validate import check_scipy
+
+        check_scipy(matrix, "matrix")  # before scipy converts or sums: its C++ code trusts the arrays
         csr = scipy.sparse.csr_matrix(matrix, copy=True)
         if csr.dtype.kind not in "fiub":
             raise DTypeError(f"matrix must be real, got dtype {csr.dtype}")
@@ -101,6 +104,10 @@ class SparseMatrix:
         if tensor.ndim != 2:
             raise ShapeError(f"tensor must be 2-D, got shape {tuple(tensor.shape)}")
         shape = tuple(tensor.shape)
+        if tensor.layout in (torch.sparse_coo, torch.sparse_csr):
+            from sparsad.formats.validate import check_torch_sparse
+
+            check_torch_sparse(tensor, "tensor")  # before coalesce, which trusts the indices
         if tensor.layout == torch.sparse_coo:
             tensor = tensor.coalesce()  # sorted row-major, duplicates summed
             rows, cols = (_index_numpy(i, "tensor.indices()") for i in tensor.indices())
@@ -114,6 +121,11 @@ class SparseMatrix:
             order = np.lexsort((cols, rows))  # torch does not require sorted columns
             if np.all(order == np.arange(order.shape[0])):
                 order = None
+            elif values.requires_grad:  # torch's backward of values() permutes such gradients
+                raise FormatError("tensor is a CSR tensor whose column indices are not sorted within each "
+                                  "row, and its values require grad: torch would send the gradients to "
+                                  "the wrong entries. Sort the columns (and values) of each row before "
+                                  "building it, or pass a COO tensor")
         elif tensor.layout == torch.strided:
             raise FormatError("tensor is dense; use SparseMatrix.from_dense to keep its nonzeros")
         else:
