@@ -12,6 +12,8 @@ from sparsad.errors import (
     DTypeError,
     FormatError,
     InputError,
+    MemoryLimitError,
+    OptionError,
     ProgramError,
     ProgramTypeError,
     ShapeError,
@@ -31,4 +33,5 @@ __all__ = [
     "compile", "CompiledProgram", "formats", "StoredTensor", "as_format", "from_arrays", "from_logical",
     "SparsadError", "ProgramError", "ProgramTypeError", "InputError", "FormatError", "ShapeError",
     "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning",
+    "MemoryLimitError", "OptionError",
 ]

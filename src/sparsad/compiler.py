@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsad.errors import InputError, UnsupportedError
+from sparsad.errors import InputError, OptionError, UnsupportedError, check_option, did_you_mean
 from sparsad.formats import StoredTensor, as_format
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.printer import to_text
-from sparsad.lang.program import Program, program as make_program, to_natural
+from sparsad.lang.program import OUT_FORMATS, Program, program as make_program, to_natural
 from sparsad.lang.syntax import Expr
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Dict, extents
@@ -146,6 +146,7 @@ class CompiledProgram(Program):
         return plan
 
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
+        check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
         plan = self.plan(inputs)
         if plan["kernel"] is not None:
@@ -170,7 +171,7 @@ class CompiledProgram(Program):
             return to_text(self._last["logical"])
         if stage in self._last["stages"]:
             return to_text(self._last["stages"][stage])
-        raise ValueError(f"unknown stage {stage!r}; use one of {STAGES}")
+        raise OptionError(f"unknown stage {stage!r}; use one of {STAGES}{did_you_mean(stage, STAGES)}")
 
     def __repr__(self) -> str:
         return f"CompiledProgram({self.base!r}, formats={self.formats}, output={self.output!r})"
@@ -182,7 +183,14 @@ def _convert(result: Any, plan: dict, out_format: str) -> Any:
     if out_format in ("natural", "value") or result is None:
         return result
     if out_format == "dense":
-        return result.toarray() if sp.issparse(result) else np.asarray(result)
+        if sp.issparse(result):
+            from sparsad.memory import check_allocation, dense_bytes
+
+            check_allocation(dense_bytes(result.shape, result.dtype.itemsize),
+                             f"out_format='dense' of a {result.shape[0]} x {result.shape[1]} result",
+                             "ask for out_format='csr' (or 'coo', 'natural') instead", stacklevel=4)
+            return result.toarray()
+        return np.asarray(result)
     if out_format in ("csr", "csc", "coo"):
         matrix = result if sp.issparse(result) else sp.coo_matrix(np.asarray(result))
         return matrix.asformat(out_format)
@@ -190,7 +198,7 @@ def _convert(result: Any, plan: dict, out_format: str) -> Any:
         from sparsad.lang.values import from_input
 
         return from_input(result)
-    raise ValueError(f"unknown out_format {out_format!r}")
+    raise OptionError(f"unknown out_format {out_format!r}{did_you_mean(out_format, OUT_FORMATS)}")
 
 
 def compile(program: "Program | str | Expr", formats: Mapping[str, str] | None = None,  # noqa: A001

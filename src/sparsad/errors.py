@@ -70,6 +70,14 @@ class UnsupportedError(SparsadError, NotImplementedError):
     """A construct or combination that sparsad does not (yet) support."""
 
 
+class OptionError(SparsadError, ValueError):
+    """A keyword option (mode=, out_format=, stage=, ...) outside its allowed values."""
+
+
+class MemoryLimitError(SparsadError, MemoryError):
+    """An output or intermediate would exceed the memory limit (sparsad.memory); nothing was allocated."""
+
+
 class DensifyWarning(UserWarning):
     """A sparse operand is about to be materialised densely; the message gives the size."""
 
@@ -85,3 +93,19 @@ def dense_size_message(shape: tuple[int, ...], itemsize: int = 8) -> str:
             return f"{size:.1f} {unit}" if unit != "B" else f"{size} B"
         size /= 1024
     return f"{size} B"
+
+
+def did_you_mean(word: str, choices) -> str:
+    """"; did you mean 'exp'?" for the closest of `choices` to a misspelt `word`, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_option(value, allowed, argument: str) -> None:
+    """OptionError naming `argument`, the allowed values and the nearest one, unless value is allowed."""
+    if value in allowed:
+        return
+    raise OptionError(f"{argument}={value!r} is not one of {tuple(allowed)}"
+                      f"{did_you_mean(value, allowed) if isinstance(value, str) else ''}")

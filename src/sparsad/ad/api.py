@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 from sparsad.ad.forward import forward, tangent_name, tensorized
 from sparsad.ad.guess import guess_types
 from sparsad.ad.reverse import reverse
-from sparsad.errors import InputError, UnsupportedError
+from sparsad.errors import InputError, OptionError, UnsupportedError, check_option
 from sparsad.lang import values as V
 from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
@@ -114,7 +114,7 @@ class Derivative(Program):
     def __init__(self, primal: Program, wrt: tuple[str, ...], kind: str, mode: str,
                  seed_name: str | None = None, interpret: bool = True):
         if mode not in MODES:
-            raise ValueError(f"mode={mode!r} is not one of {MODES}")
+            check_option(mode, MODES, "mode")
         unknown = [w for w in wrt if w not in primal.inputs]
         if unknown:
             raise InputError(f"wrt={unknown} names no input of the program; its inputs are {primal.inputs}")
@@ -171,7 +171,7 @@ class Derivative(Program):
             return self.text()
         if self._compiled:
             return "\n\n".join(c.show(stage) for c in self._compiled.values())
-        raise ValueError(f"unknown stage {stage!r}; use 'source' or 'derivative' "
+        raise OptionError(f"unknown stage {stage!r}; use 'source' or 'derivative' "
                          "(compiled derivatives show more stages after their first call)")
 
     def _compiled_for(self, wrt: str):
@@ -235,7 +235,7 @@ class Derivative(Program):
             return eliminate_dead_lets(inline_atoms(mask_to_pattern(adjoint, wrt, _order(types[wrt]))))
         if mode == "tensorized":
             return gradient(expr, wrt, types)
-        raise ValueError(f"unknown mode {mode!r}")
+        check_option(mode, MODES, "mode")
 
     # running
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:

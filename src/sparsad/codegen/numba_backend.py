@@ -430,7 +430,8 @@ class Kernel:
                                                         if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
         args = [prepared[n] for n in loops.params] + workspace_sizes
         try:
-            while True:
+            while True:  # each larger buffer passes the memory guard first: the growth is bounded
+                _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes)
                 out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared)
                 raw = self.function(*args, *out_args)
                 if not O.overflowed(plan, raw):
@@ -513,6 +514,26 @@ class Kernel:
         if reals and all(d == np.float32 for d in reals):
             return np.dtype(np.float32)
         return np.dtype(np.float64)
+
+
+def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
+                  workspace_sizes) -> None:
+    """Size the output buffers and workspaces of one kernel call before allocating them."""
+    from sparsad.memory import check_allocation, dense_bytes
+
+    itemsize = np.dtype(dtype).itemsize
+    workspaces = 16.0 * sum(float(n) for n in workspace_sizes if isinstance(n, (int, np.integer)))
+    if plan.kind == "dense" and all(e is not None for e in extents):
+        shape = " x ".join(str(int(e)) for e in extents)
+        check_allocation(dense_bytes(extents, itemsize) + workspaces, f"the dense result ({shape}, "
+                         f"{np.dtype(dtype).name})", "compile with output='coo' or a sparse "
+                         "out_format, or solve a smaller problem", stacklevel=5)
+    elif plan.kind in ("coo", "workspace"):
+        check_allocation(capacity * (depth * 8.0 + itemsize) + workspaces,
+                         f"the result buffers ({capacity} entries)", "the result has that many stored "
+                         "entries: restrict the program's output or solve a smaller problem", stacklevel=5)
+    elif workspaces:
+        check_allocation(workspaces, "the kernel's workspaces", "solve a smaller problem", stacklevel=5)
 
 
 def _array_kind(t: Type | None):

@@ -198,7 +198,12 @@ def leaf_coordinates(fmt: Format, fields: Mapping[str, Any]) -> np.ndarray:
 
 
 def scatter_dense(coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """The dense array with values added at coords (duplicates add up)."""
+    """The dense array with values added at coords (duplicates add up); sized by the memory guard."""
+    from sparsad.memory import check_allocation, dense_bytes
+
+    check_allocation(dense_bytes(shape, values.dtype.itemsize),
+                     f"a dense array of shape {tuple(int(n) for n in shape)}",
+                     "keep the result sparse (out_format='csr'/'coo'/'dict', or to_scipy())", stacklevel=4)
     out = np.zeros(shape, dtype=values.dtype)
     if coords.shape[1]:
         np.add.at(out, tuple(coords), values)

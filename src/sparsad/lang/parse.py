@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from sparsad.errors import ProgramError
+from sparsad.errors import ProgramError, ProgramTypeError
 from sparsad.lang.functions import FUNCTIONS, RESERVED_WORDS
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, LetTuple, Lookup,
-                                 Neg, Not, Range, Singleton, Span, SubArray, Sum, Unique, Var)
+                                 Neg, Not, Range, Singleton, Span, SubArray, Sum, Unique, Var,
+                                 children)
 
 
 class Token(NamedTuple):
@@ -50,11 +51,25 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
+#: deepest nesting a program may have (parentheses, calls, lets, sums, ...): every pass of the
+#: compiler walks the tree recursively, so deeper trees are refused with a ProgramError here
+MAX_DEPTH = 64
+#: a chain of more terms of + - or * / is built as a balanced tree (same value, shallow)
+BALANCE_FROM = 16
+
+
 class _Parser:
     def __init__(self, text: str):
         self.text = text
         self.tokens = tokenize(text)
         self.index = 0
+        self.depth = 0
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.error(f"the program is nested deeper than {MAX_DEPTH} levels; bind inner parts "
+                             f"with let, or build the program with sparsad.lang.build")
 
     # -- token helpers -------------------------------------------------------------------
     @property
@@ -100,9 +115,13 @@ class _Parser:
         return expr
 
     def expr(self) -> Expr:
-        if self.at("let") or self.at("sum") or self.at("if"):
-            return self.prefix()
-        return self.comparison()
+        self.enter()
+        try:
+            if self.at("let") or self.at("sum") or self.at("if"):
+                return self.prefix()
+            return self.comparison()
+        finally:
+            self.depth -= 1
 
     def prefix(self) -> Expr:
         start = self.advance()
@@ -164,31 +183,39 @@ class _Parser:
         return left
 
     def additive(self) -> Expr:
-        left = self.multiplicative()
-        while self.at("+") or self.at("-"):
-            op = self.advance()
-            left = Binary(op.text, left, self.multiplicative(), span=self.span(op))
-        return left
+        return self.chain(("+", "-"), self.multiplicative)
 
     def multiplicative(self) -> Expr:
-        left = self.unary()
-        while self.at("*") or self.at("/"):
+        return self.chain(("*", "/"), self.unary)
+
+    def chain(self, ops: tuple[str, str], operand) -> Expr:
+        """`t0 op t1 op t2 ...`, left-associative; long chains become a balanced tree."""
+        terms: list = [(None, operand())]
+        while self.at(ops[0]) or self.at(ops[1]):
             op = self.advance()
-            left = Binary(op.text, left, self.unary(), span=self.span(op))
-        return left
+            terms.append((op, operand()))
+        if len(terms) < BALANCE_FROM:
+            left = terms[0][1]
+            for op, term in terms[1:]:
+                left = Binary(op.text, left, term, span=self.span(op))
+            return left
+        return _balanced(terms, ops)
 
     def unary(self) -> Expr:
-        if self.at("not"):
+        if not (self.at("not") or self.at("-")):
+            return self.postfix(self.atom())
+        self.enter()
+        try:
             start = self.advance()
-            return Not(self.unary(), span=self.span(start))
-        if self.at("-"):
-            start = self.advance()
+            if start.text == "not":
+                return Not(self.unary(), span=self.span(start))
             nxt = self.token
             if nxt.kind == "number" and (nxt.line, nxt.column) == (start.line, start.column + 1):
                 self.advance()
                 return self.postfix(Const(-_number(nxt.text), span=self.span(start)))
             return Neg(self.unary(), span=self.span(start))
-        return self.postfix(self.atom())
+        finally:
+            self.depth -= 1
 
     def postfix(self, expr: Expr) -> Expr:
         while self.at("("):
@@ -267,14 +294,57 @@ class _Parser:
         return Call(token.text, tuple(args), span=self.span(token))
 
 
+def _balanced(terms: list, ops: tuple[str, str]) -> Expr:
+    """A balanced tree for `t0 op1 t1 op2 t2 ...` (op0 is None), using a - (b + c) = a - b - c
+    and a - (b - c) = a - b + c (likewise / and *): the depth is logarithmic in the length."""
+    if len(terms) == 1:
+        return terms[0][1]
+    middle = len(terms) // 2
+    op, first = terms[middle]
+    inverse = op.text == ops[1]
+    right = [(None, first)]
+    for later_op, term in terms[middle + 1:]:
+        if inverse:  # distribute the minus (or division) over the right group
+            flipped = ops[0] if later_op.text == ops[1] else ops[1]
+            later_op = later_op._replace(text=flipped)
+        right.append((later_op, term))
+    return Binary(op.text, _balanced(terms[:middle], ops), _balanced(right, ops),
+                  span=Span(op.line, op.column))
+
+
 def _number(text: str) -> float | int:
     if any(c in text for c in ".eE"):
         return float(text)
     return int(text)
 
 
+def tree_depth(expr: Expr) -> int:
+    """The depth of a syntax tree, computed without recursion (deep trees are what it guards)."""
+    deepest, stack = 0, [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children(node))
+    return deepest
+
+
+def check_depth(expr: Expr) -> None:
+    """ProgramError when a tree (parsed or built) is deeper than MAX_DEPTH, at its deepest node."""
+    stack = [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            span = getattr(node, "span", None)
+            raise ProgramError(f"the program is nested deeper than {MAX_DEPTH} levels; bind inner "
+                               f"parts with let at the top level, or split the program",
+                               span.line if span else None, span.column if span else None)
+        stack.extend((child, depth + 1) for child in children(node))
+
+
 def parse(text: str) -> Expr:
     """Parse program text; a syntax error is a ProgramError with line and column."""
     if not isinstance(text, str):
-        raise TypeError(f"parse takes program text, got {type(text).__name__}")
-    return _Parser(text).program()
+        raise ProgramTypeError(f"parse takes program text (a str), got {type(text).__name__}")
+    expr = _Parser(text).program()
+    check_depth(expr)
+    return expr

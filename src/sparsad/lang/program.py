@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sparsad.errors import InputError
+from sparsad.errors import (InputError, OptionError, ProgramError, ProgramTypeError, check_option,
+                            did_you_mean)
+from sparsad.lang.functions import FUNCTIONS
 from sparsad.lang import values as V
 from sparsad.lang.interpret import evaluate
-from sparsad.lang.parse import parse
+from sparsad.lang.parse import check_depth, parse
 from sparsad.lang.printer import to_text
-from sparsad.lang.syntax import Expr, free_vars
+from sparsad.lang.syntax import Expr, Lookup, Var, free_vars, walk
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero, parse_type, tensor_order
 
@@ -27,7 +29,8 @@ class Program:
     def __init__(self, expr: Expr, types: Mapping[str, Type | str] | None = None,
                  source: str | None = None):
         if not isinstance(expr, Expr):
-            raise TypeError(f"Program takes a syntax tree, got {type(expr).__name__}")
+            raise ProgramTypeError(f"Program takes a syntax tree, got {type(expr).__name__}")
+        check_depth(expr)  # every later pass recurses over the tree
         self.expr = expr
         self.source = source
         self.declared = {name: parse_type(t) if isinstance(t, str) else t
@@ -63,7 +66,8 @@ class Program:
     def show(self, stage: str = "source") -> str:
         """The program at a stage of the pipeline, as text ("source" here; later stages add more)."""
         if stage != "source":
-            raise ValueError(f"unknown stage {stage!r}; this program has only 'source'")
+            raise OptionError(f"unknown stage {stage!r}; this program has only 'source' (compile it "
+                              f"with sparsad.compile to see the later stages)")
         return self.text()
 
     def infer_type(self, **input_types: Type | str) -> Type:
@@ -84,8 +88,12 @@ class Program:
             return
         missing = [n for n in self.inputs if n not in inputs]
         extra = [n for n in inputs if n not in self.inputs]
+        misspelt = unknown_function(self.expr, missing)
+        if misspelt is not None:
+            raise misspelt
         if missing:
-            raise InputError(f"missing input(s) {missing}; the program reads {self.inputs}")
+            hint = did_you_mean(missing[0], extra) if extra else ""
+            raise InputError(f"missing input(s) {missing}; the program reads {self.inputs}{hint}")
         if extra:
             raise InputError(f"unexpected input(s) {extra}; the program reads {self.inputs}")
 
@@ -96,8 +104,7 @@ class Program:
 
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
         """Run on inputs; return a float, a numpy array, a scipy.sparse matrix or a nested dict."""
-        if out_format not in OUT_FORMATS:
-            raise ValueError(f"out_format={out_format!r} is not one of {OUT_FORMATS}")
+        check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
         types = {name: value_type(value) for name, value in inputs.items()}
         types.update(self.declared)
@@ -106,6 +113,19 @@ class Program:
         if out_format == "value":
             return value
         return to_natural(value, result_type, out_format)
+
+
+def unknown_function(expr: Expr, names) -> ProgramError | None:
+    """A missing input applied like a function whose name is close to a built-in one (`expp(a)`)
+    is a misspelt function: the error says so, at the call, with the nearest name."""
+    for node in walk(expr):
+        if isinstance(node, Lookup) and isinstance(node.dict, Var) and node.dict.name in names:
+            hint = did_you_mean(node.dict.name, FUNCTIONS)
+            if hint:
+                span = node.dict.span
+                return ProgramError(f"unknown function {node.dict.name!r}{hint}",
+                                    span.line if span else None, span.column if span else None)
+    return None
 
 
 def to_natural(value: Any, result_type: Type, out_format: str = "natural") -> Any:
@@ -182,4 +202,4 @@ def program(source: "str | Expr | Program", types: Mapping[str, Type | str] | No
         return Program.from_text(source, types)
     if isinstance(source, Expr):
         return Program(source, types)
-    raise TypeError(f"program() takes text or an expression, got {type(source).__name__}")
+    raise ProgramTypeError(f"program() takes text, an expression or a Program, got {type(source).__name__}")
