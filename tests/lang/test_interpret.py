@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsad.errors import InputError, ProgramError
+from sparsad.errors import InputError, ProgramError, ShapeError
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.parse import parse
 from sparsad.lang.program import program
@@ -66,7 +66,10 @@ def test_missing_key_gives_zero_of_the_value_type():
     assert evaluate(parse("V(5)"), {"V": {0: 2.0}}) == 0.0
     assert evaluate(parse("M(5)"), {"M": {0: {1: 2.0}}}) == {}
     assert evaluate(parse("M(5)(1) + 1.0"), {"M": {0: {1: 2.0}}}) == 1.0
-    assert evaluate(parse("I(3)"), {"I": np.array([1, 2])}) == 0
+    # a shaped input (an array) has no keys outside its shape: that lookup is an error, as compiled
+    with pytest.raises(ShapeError, match="key 3 in axis 0 of input 'I', whose extent is 2"):
+        evaluate(parse("I(3)"), {"I": np.array([1, 2])}, check_shapes=True)
+    assert evaluate(parse("I(3)"), {"I": np.array([1, 2])}) == 0  # physical arrays: a missing key
 
 
 def test_plus_merges_recursively_and_times_is_outer_product():

@@ -243,7 +243,8 @@ def logical_coordinates(value: Any, shape: tuple[int, ...], label: str = "value"
 
     visit(value, 0)
     coords = np.array(keys, dtype=np.int64).reshape(order, len(leaves))
-    return coords, np.array(leaves, dtype=np.float64)
+    single = leaves and all(isinstance(leaf, np.float32) for leaf in leaves)  # float32 stays float32
+    return coords, np.array(leaves, dtype=np.float32 if single else np.float64)
 
 
 def from_logical(value: Any, shape: Any, out_format: Format | str = "dense"):

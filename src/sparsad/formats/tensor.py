@@ -270,6 +270,7 @@ def logical_dict(fmt: Format, fields: Mapping[str, Any]) -> dict:
     lists = {name: (value.tolist() if isinstance(value, np.ndarray) else int(value))
              for name, value in fields.items()}
     values = lists[fmt.values]
+    cast = np.float32 if np.asarray(fields[fmt.values]).dtype == np.float32 else float  # keep float32
     last_mode = fmt.order - 1
     coords: list[int] = [0] * fmt.order
     result: dict = {}
@@ -294,7 +295,7 @@ def logical_dict(fmt: Format, fields: Mapping[str, Any]) -> dict:
             for mode in emit_after[depth]:
                 if mode == last_mode:
                     key = coords[mode]
-                    inner[key] = inner.get(key, 0.0) + float(values[position])
+                    inner[key] = inner.get(key, cast(0.0)) + cast(values[position])
                 else:
                     inner = inner.setdefault(coords[mode], {})
             if depth + 1 < len(levels):

@@ -10,17 +10,25 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sparsad.errors import InputError, ProgramError
+import numpy as np
+
+from sparsad.errors import InputError, ProgramError, ShapeError
 from sparsad.lang import values as V
 from sparsad.lang.functions import FUNCTIONS
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, LetTuple, Lookup,
                                  Neg, Not, Range, Singleton, SubArray, Sum, Unique, Var)
 
 
-def evaluate(expr: Expr, env: Mapping[str, Any] | None = None) -> Any:
-    """Value of `expr` with its free variables taken from `env` (numbers, arrays, dicts, formats)."""
-    prepared = {name: V.from_input(value, name) for name, value in (env or {}).items()}
-    return _eval(expr, prepared)
+def evaluate(expr: Expr, env: Mapping[str, Any] | None = None, check_shapes: bool = False) -> Any:
+    """Value of `expr` with its free variables taken from `env` (numbers, arrays, dicts, formats).
+
+    check_shapes: a lookup outside an input's shape is a ShapeError (what `program(...)(...)`
+    asks for: inputs are logical tensors); without it such a key reads as missing, zero (the
+    semantics of physical arrays, which compiled kernels read with a guarded load).
+    """
+    prepared = {name: V.from_input(value, name, check_shapes) for name, value in (env or {}).items()}
+    with np.errstate(all="ignore"):  # IEEE results (nan, inf), as compiled code gives, silently
+        return _eval(expr, prepared)
 
 
 def _fail(expr: Expr, message: str) -> ProgramError:
@@ -85,7 +93,7 @@ def _eval(expr: Expr, env: dict) -> Any:
             builtin = FUNCTIONS.get(f)
             if builtin is None:
                 raise _fail(expr, f"unknown function {f!r}")
-            numbers = [float(V.as_number(_eval(a, env))) for a in args]
+            numbers = _reals([V.as_number(_eval(a, env)) for a in args])
             return builtin.impl(*numbers)
         case Unique(operand=o):
             return _eval(o, env)
@@ -95,6 +103,10 @@ def _eval(expr: Expr, env: dict) -> Any:
         case SubArray(array=a, start=s, end=e):
             array = _eval(a, env)
             lo, hi = V.as_key(_eval(s, env)), V.as_key(_eval(e, env))
+            shape = getattr(array, "shape", None)
+            if shape is not None and lo < hi and (lo < 0 or hi > shape[0]):
+                raise ShapeError(f"the sub-array ({lo}:{hi}) reaches outside axis {array.axis} of input "
+                                 f"{array.name!r}, whose extent is {shape[0]}")
             return {k: array[k] for k in range(lo, hi) if k in array}
     raise TypeError(f"not an expression node: {expr!r}")
 
@@ -107,15 +119,20 @@ def _binary(expr: Expr, op: str, a: Any, b: Any) -> Any:
     if op == "*":
         return V.mul(a, b)
     if op == "/":
-        x, y = V.as_number(a), V.as_number(b)
-        if y == 0:
-            return float("nan") if x == 0 else float("inf") if x > 0 else float("-inf")
-        return x / y
+        x, y = _reals([V.as_number(a), V.as_number(b)])
+        return x / y  # numpy scalars: nan for 0/0 and nan/0, -inf for 1/-0.0
     if op == "=":
         return _discrete(a) == _discrete(b)
     if op == "<":
         return _discrete(a) < _discrete(b)
     raise _fail(expr, f"unknown operator {op!r}")
+
+
+def _reals(numbers: list) -> list:
+    """Arguments as numpy floats: float32 when all are float32, else float64 (as compiled)."""
+    if all(isinstance(n, np.float32) for n in numbers):
+        return numbers
+    return [np.float64(n) for n in numbers]
 
 
 def _discrete(value: Any) -> Any:

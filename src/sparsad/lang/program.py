@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
+
 from sparsad.errors import (InputError, OptionError, ProgramError, ProgramTypeError, check_option,
                             did_you_mean)
 from sparsad.lang.functions import FUNCTIONS
@@ -100,7 +102,7 @@ class Program:
     def run(self, **inputs: Any) -> Any:
         """The raw interpreter value (numbers and nested dicts)."""
         self._check_inputs(inputs)
-        return evaluate(self.expr, inputs)
+        return evaluate(self.expr, inputs, check_shapes=True)
 
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
         """Run on inputs; return a float, a numpy array, a scipy.sparse matrix or a nested dict."""
@@ -109,10 +111,22 @@ class Program:
         types = {name: value_type(value) for name, value in inputs.items()}
         types.update(self.declared)
         result_type = infer(self.expr, types)
-        value = evaluate(self.expr, inputs)
+        value = evaluate(self.expr, inputs, check_shapes=True)
         if out_format == "value":
             return value
-        return to_natural(value, result_type, out_format)
+        return _keep_float32(to_natural(value, result_type, out_format), inputs)
+
+
+def _keep_float32(result: Any, inputs: Mapping[str, Any]) -> Any:
+    """An array result in float32 when every real array input is float32 (as compiled kernels)."""
+    astype = getattr(result, "astype", None)
+    if astype is None or getattr(result, "dtype", None) is None or result.dtype.kind != "f":
+        return result
+    reals = [getattr(v, "dtype", None) for v in inputs.values() if not isinstance(v, (int, float))]
+    reals = [d for d in reals if d is not None and getattr(d, "kind", "") == "f"]
+    if reals and all(d == np.float32 for d in reals) and result.dtype != np.float32:
+        return astype(np.float32)
+    return result
 
 
 def unknown_function(expr: Expr, names) -> ProgramError | None:

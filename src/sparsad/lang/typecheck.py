@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sparsad.errors import ProgramTypeError
+from sparsad.errors import ProgramTypeError, ShapeError
 from sparsad.lang.functions import FUNCTIONS
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, LetTuple, Lookup,
                                  Neg, Not, Range, Singleton, SubArray, Sum, Unique, Var, free_vars)
@@ -120,8 +120,36 @@ def _join_plain(a: Type, b: Type) -> Type:
 
 
 def infer(expr: Expr, inputs: Mapping[str, Type] | None = None) -> Type:
-    """The type of expr given the types of its free variables."""
-    return _infer(expr, dict(inputs or {}))
+    """The type of expr given the types of its free variables.
+
+    When a key drawn from one input's axis looks up another input's axis, their extents must
+    agree (ShapeError naming both otherwise): `sum(<j, a> in r) a * x(j)` relates A's columns
+    to x's length.
+    """
+    return _infer(expr, {name: _with_origins(t, name) for name, t in (inputs or {}).items()})
+
+
+def _with_origins(t: Type, name: str, axis: int = 0) -> Type:
+    """Logical axes only: physical arrays (dense_int keys) relate by design, e.g. pos(i + 1)."""
+    if not isinstance(t, Dict) or not isinstance(t.key, Int) or t.key.dense:
+        return t
+    key = t.key if t.key.origin is not None else Int(t.key.dense, t.key.extent, (name, axis))
+    return Dict(key, _with_origins(t.value, name, axis + 1))
+
+
+def _check_axes_agree(lookup: Expr, key: Type, axis: Int) -> None:
+    """A key drawn from one input's axis that indexes another axis must have the same extent."""
+    if not isinstance(key, Int) or key.origin is None or axis.origin is None:
+        return
+    if key.extent is None or axis.extent is None or key.extent == axis.extent:
+        return
+    (source, source_axis), (target, target_axis) = key.origin, axis.origin
+    span = getattr(lookup, "span", None)
+    where = f"line {span.line}, column {span.column}: " if span else ""
+    raise ShapeError(f"{where}keys drawn from axis {source_axis} of {source!r} (extent {key.extent}) "
+                     f"look up axis {target_axis} of {target!r} (extent {axis.extent}); the program "
+                     f"relates these axes, so their sizes must agree: check the shapes of "
+                     f"{source!r} and {target!r}")
 
 
 def _bind(env: dict, name: str, t: Type) -> dict:
@@ -159,14 +187,15 @@ def _infer(expr: Expr, env: dict) -> Type:
             value = _infer(v, env)
             if isinstance(value, Zero):
                 value = REAL
-            return Dict(Int(extent=key.extent) if isinstance(key, Int) else INT, value)
+            return Dict(Int(extent=key.extent, origin=key.origin) if isinstance(key, Int) else INT, value)
         case Lookup(dict=d, key=k):
             container = _infer(d, env)
-            _index(_infer(k, env), k, "a lookup key")
+            key = _index(_infer(k, env), k, "a lookup key")
             if isinstance(container, Zero):
                 return ZERO
             if not isinstance(container, Dict):
                 raise _error(expr, f"cannot look up a key in a value of type {type_to_text(container)}")
+            _check_axes_agree(expr, key, container.key)
             return container.value
         case Sum(key=k, val=v, source=s, body=b):
             source = _infer(s, env)
@@ -232,7 +261,7 @@ def _infer(expr: Expr, env: dict) -> Type:
             _index(_infer(e, env), e, "the end of a sub-array")
             if not isinstance(array, Dict):
                 raise _error(expr, f"a sub-array needs an array, got {type_to_text(array)}")
-            return array
+            return Dict(Int(array.key.dense, array.key.extent), array.value)  # keys: a part of the axis
     raise TypeError(f"not an expression node: {expr!r}")
 
 

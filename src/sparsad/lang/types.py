@@ -28,9 +28,13 @@ class Bool(Type):
 
 @dataclass(frozen=True)
 class Int(Type):
-    """An integer; `dense=True` is dense_int, the key of a physical array (keys 0..extent-1)."""
+    """An integer; `dense=True` is dense_int, the key of a physical array (keys 0..extent-1).
+
+    `origin` (input name, axis) says which input's axis a key was drawn from: the type checker
+    compares the extents of two axes that a program relates through a lookup."""
     dense: bool = False
     extent: int | None = field(default=None, compare=False, hash=False)
+    origin: tuple[str, int] | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,29 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sparsad.errors import InputError
+import numpy as np
+
+from sparsad.errors import InputError, ShapeError
 
 ZERO: dict = {}
+
+
+class ShapedDict(dict):
+    """An input's dictionary (or one of its rows) that knows its extents: looking up a key
+    outside them is a ShapeError, as in compiled code, not the zero of a missing key."""
+
+    __slots__ = ("shape", "name", "axis")
+
+
+def shaped(mapping: dict, shape: tuple[int, ...], name: str, axis: int = 0) -> ShapedDict:
+    """`mapping` (nested to len(shape) levels) with every level made a ShapedDict."""
+    result = ShapedDict(mapping)
+    result.shape, result.name, result.axis = tuple(int(n) for n in shape), name, axis
+    if len(shape) > 1:
+        for key, item in result.items():
+            if isinstance(item, dict):
+                result[key] = shaped(item, shape[1:], name, axis + 1)
+    return result
 
 
 def is_dict(value: Any) -> bool:
@@ -54,7 +74,16 @@ def add(a: Any, b: Any) -> Any:
         if not b:
             return a
         raise TypeError("cannot add a scalar and a dictionary")
+    a, b = _promoted(a, b)
     return a + b
+
+
+def _promoted(a: Any, b: Any) -> tuple[Any, Any]:
+    """float32 arithmetic only between two float32 values; with anything else (a constant, a
+    float64 or an int) in float64, as in the compiled kernels (not NumPy's weak promotion)."""
+    if isinstance(a, np.float32) is not isinstance(b, np.float32):
+        return np.float64(a), np.float64(b)
+    return a, b
 
 
 def mul(a: Any, b: Any) -> Any:
@@ -63,6 +92,7 @@ def mul(a: Any, b: Any) -> Any:
         return {key: mul(value, b) for key, value in a.items()}
     if isinstance(b, dict):
         return {key: mul(a, value) for key, value in b.items()}
+    a, b = _promoted(a, b)
     return a * b
 
 
@@ -79,6 +109,14 @@ def lookup(d: Any, key: Any) -> Any:
     key = as_key(key)
     if key in d:
         return d[key]
+    shape = getattr(d, "shape", None)
+    if shape is not None:
+        if not 0 <= key < shape[0]:
+            raise ShapeError(f"the program looks up key {key} in axis {d.axis} of input {d.name!r}, "
+                             f"whose extent is {shape[0]} (keys 0..{shape[0] - 1}); check the "
+                             f"program's index arithmetic or the input's shape")
+        if len(shape) > 1:  # a missing row of a sparse input: still shaped below
+            return shaped({}, shape[1:], d.name, d.axis + 1)
     return zero_like_values(d)
 
 
@@ -88,18 +126,33 @@ def zero_like_values(d: dict) -> Any:
             return False
         if isinstance(value, int):
             return 0
+        if isinstance(value, np.floating):
+            return value.dtype.type(0)
         if isinstance(value, float):
             return 0.0
         return ZERO
     return ZERO
 
 
-def from_input(value: Any, name: str = "input") -> Any:
+def from_input(value: Any, name: str = "input", shapes: bool = True) -> Any:
     """Turn a user input into an interpreter value (numbers, nested dicts).
 
     numpy arrays give every entry (dense); scipy.sparse, pydata/sparse and torch sparse give
-    only the stored entries; storage-format objects give their logical dictionary.
+    only the stored entries; storage-format objects give their logical dictionary. With `shapes`
+    the dictionaries know the input's shape (ShapedDict): a lookup outside it is a ShapeError;
+    without, it reads as a missing key (the zero), the semantics of physical arrays.
     """
+    result = _from_input(value, name)
+    return result if shapes else _plain(result)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, ShapedDict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def _from_input(value: Any, name: str) -> Any:
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)):
@@ -108,16 +161,13 @@ def from_input(value: Any, name: str = "input") -> Any:
         return _check_dict(value, name)
     to_logical = getattr(value, "to_logical", None)
     if callable(to_logical):
-        return to_logical()
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
-    if np is not None:
-        if isinstance(value, np.generic):
-            return value.item()
-        if isinstance(value, np.ndarray):
-            return _array_to_dict(value, name)
+        shape = getattr(value, "shape", None)
+        logical = to_logical()
+        return shaped(logical, shape, name) if shape else logical
+    if isinstance(value, np.generic):
+        return value if isinstance(value, np.float32) else value.item()
+    if isinstance(value, np.ndarray):
+        return _array_to_dict(value, name)
     try:
         import scipy.sparse as sp
 
@@ -127,31 +177,43 @@ def from_input(value: Any, name: str = "input") -> Any:
             check_scipy(value, f"input {name!r}")  # before tocoo, which trusts the arrays
             coo = value.tocoo()
             result: dict = {}
-            rows, cols, data = coo.row.tolist(), coo.col.tolist(), coo.data.tolist()
+            rows, cols, data = coo.row.tolist(), coo.col.tolist(), _leaves(coo.data)
+            zero = data[0] * 0 if data else 0.0
             for i, j, v in zip(rows, cols, data):
                 row = result.setdefault(int(i), {})
-                row[int(j)] = row.get(int(j), 0.0) + v
-            return result
+                row[int(j)] = row.get(int(j), zero) + v
+            return shaped(result, value.shape, name)
     except ImportError:  # pragma: no cover
         pass
     from sparsad.formats import as_format  # conversions of torch, pydata/sparse and others
 
-    return as_format(value).to_logical()
+    stored = as_format(value, name=name)
+    return shaped(stored.to_logical(), stored.shape, name)
 
 
 def _array_to_dict(array, name: str) -> Any:
     if array.dtype.kind not in "biuf":
         raise InputError(f"input {name!r} has dtype {array.dtype}; use a real, integer or bool array")
     if array.ndim == 0:
-        return array.item()
+        return array[()] if array.dtype == np.float32 else array.item()
     listed = array.tolist()
+    leaf = np.float32 if array.dtype == np.float32 else None  # float32 stays float32, as compiled
 
-    def build(nested):
+    def build(nested, axis):
         if isinstance(nested, list):
-            return {i: build(item) for i, item in enumerate(nested)}
-        return nested
+            result = ShapedDict((i, build(item, axis + 1)) for i, item in enumerate(nested))
+            result.shape, result.name, result.axis = array.shape[axis:], name, axis
+            return result
+        return leaf(nested) if leaf is not None else nested
 
-    return build(listed)
+    return build(listed, 0)
+
+
+def _leaves(values) -> list:
+    """Python floats, or numpy float32 scalars for float32 arrays (kept in their precision)."""
+    if values.dtype == np.float32:
+        return list(values)
+    return values.tolist()
 
 
 def _check_dict(value: dict, name: str) -> dict:
