@@ -6,28 +6,53 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sparsad.errors import SparsadError
+from sparsad.errors import DTypeError, InputError, SparsadError, did_you_mean
+
+
+class UsageError(InputError):
+    """A bad command line: the CLI prints it on one line and exits with status 2."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line on stderr (no usage block) and status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
+    result = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"{what} {item!r} must look like NAME=VALUE")
+        result[name.strip()] = value
+    return result
 
 
 def _program_text(arg: str) -> str:
     path = Path(arg)
     if path.suffix in (".sdql", ".sd", ".txt") or (len(arg) < 255 and path.is_file()):
         if not path.is_file():
-            raise SystemExit(f"sparsad: no program file {arg!r}")
+            raise UsageError(f"no program file {arg!r}")
         return path.read_text()
     return arg
 
 
 def load_input(spec: str) -> tuple[str, Any]:
     """NAME=FILE.mtx | NAME=FILE.npy | NAME=NUMBER."""
-    if "=" not in spec:
-        raise SystemExit(f"sparsad: input {spec!r} must look like NAME=FILE.mtx, NAME=FILE.npy or NAME=3.5")
-    name, value = spec.split("=", 1)
+    name, sep, value = spec.partition("=")
+    if not sep or not name.isidentifier():
+        raise UsageError(f"input {spec!r} must look like NAME=FILE.mtx, NAME=FILE.npy or NAME=3.5")
     if value.endswith(".mtx"):
         import scipy.io
         import scipy.sparse
 
-        return name, scipy.sparse.csr_matrix(scipy.io.mmread(value)).astype(float)
+        matrix = scipy.io.mmread(value)
+        if matrix.dtype.kind not in "biuf":
+            raise DTypeError(f"input {name!r}: {value} holds {matrix.dtype} values; sparsad computes "
+                             f"over reals: split it into real and imaginary parts (two real inputs)")
+        return name, scipy.sparse.csr_matrix(matrix).astype(float)
     if value.endswith(".npy"):
         import numpy as np
 
@@ -39,7 +64,7 @@ def load_input(spec: str) -> tuple[str, Any]:
             pass
     if value in ("true", "false"):
         return name, value == "true"
-    raise SystemExit(f"sparsad: cannot read input {name!r} from {value!r}: give a .mtx or .npy file or a number")
+    raise UsageError(f"cannot read input {name!r} from {value!r}: give a .mtx or .npy file or a number")
 
 
 def _print_value(value: Any, output: str | None) -> None:
@@ -66,7 +91,7 @@ def _print_value(value: Any, output: str | None) -> None:
 def cmd_run(args) -> int:
     from sparsad.lang.program import program
 
-    prog = program(_program_text(args.program), dict(t.split("=", 1) for t in args.type or []))
+    prog = program(_program_text(args.program), _pairs(args.type, "type"))
     inputs = dict(load_input(spec) for spec in args.input or [])
     _print_value(prog(out_format=args.out_format, **inputs), args.output)
     return 0
@@ -75,7 +100,7 @@ def cmd_run(args) -> int:
 def cmd_grad(args) -> int:
     from sparsad.ad.api import grad, jacobian
 
-    types = dict(t.split("=", 1) for t in args.type or [])
+    types = _pairs(args.type, "type")
     from sparsad.lang.program import program
 
     prog = program(_program_text(args.program), types)
@@ -106,9 +131,9 @@ def cmd_show(args) -> int:
     from sparsad.compiler import STAGES, CompiledProgram
     from sparsad.lang.program import program
 
-    prog = program(_program_text(args.program), dict(t.split("=", 1) for t in args.type or []))
+    prog = program(_program_text(args.program), _pairs(args.type, "type"))
     inputs = dict(load_input(spec) for spec in args.input or [])
-    formats = dict(f.split("=", 1) for f in args.format or [])
+    formats = _pairs(args.format, "format")
     if args.wrt:
         from sparsad.ad.api import grad, jacobian
 
@@ -117,7 +142,7 @@ def cmd_show(args) -> int:
         target = CompiledProgram(prog, formats)
     if args.stage in ("source", "derivative") or not inputs:
         if args.stage not in ("source", "derivative"):
-            raise SystemExit(f"sparsad show: stage {args.stage!r} depends on the inputs' formats; "
+            raise UsageError(f"show: stage {args.stage!r} depends on the inputs' formats; "
                              "give them with -i NAME=FILE")
         print(target.show(args.stage))
         return 0
@@ -129,7 +154,7 @@ def cmd_show(args) -> int:
 def cmd_check(args) -> int:
     from sparsad.lang.program import program
 
-    types = dict(t.split("=", 1) for t in args.type or [])
+    types = _pairs(args.type, "type")
     prog = program(_program_text(args.program), types)
     print(prog.text())
     missing = [n for n in prog.inputs if n not in types]
@@ -151,20 +176,21 @@ def cmd_bench(args) -> int:
 
     root = Path(__file__).resolve().parents[2]
     if not (root / "bench").is_dir():
-        raise SystemExit("sparsad bench runs from a source checkout (the bench/ folder is not installed)")
+        raise UsageError("bench runs from a source checkout (the bench/ folder is not installed)")
     sys.path.insert(0, str(root))
     available = sorted(p.stem for p in (root / "bench").glob("*.py") if p.stem not in ("__init__", "common"))
     names = available if args.suite == "all" else [args.suite]
     for name in names:
         if name not in available:
-            raise SystemExit(f"sparsad: no benchmark suite {name!r}; available: {', '.join(available)}")
+            raise UsageError(f"no benchmark suite {name!r}; available: {', '.join(available)}"
+                             f"{did_you_mean(name, available)}")
         print(f"\n##### bench {name} #####")
         importlib.import_module(f"bench.{name}").main(quick=args.quick)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparsad", description="Differentiable sparse tensor programs.")
+    parser = _ArgumentParser(prog="sparsad", description="Differentiable sparse tensor programs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a program on inputs with the reference interpreter")
@@ -220,9 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; a bad invocation prints one line on stderr and returns 2."""
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except SparsadError as error:
-        print(f"sparsad: {type(error).__name__}: {error}", file=sys.stderr)
-        return 2
+        return _fail(f"{type(error).__name__}: {error}")
+    except (OSError, ValueError, TypeError, KeyError, IndexError, MemoryError, RecursionError,
+            UnicodeError, EOFError) as error:  # unreadable files, foreign libraries' complaints
+        return _fail(f"{type(error).__name__}: {error}")
+
+
+def _fail(message: str) -> int:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    print(f"sparsad: {lines[0] if lines else 'error'}", file=sys.stderr)
+    return 2
