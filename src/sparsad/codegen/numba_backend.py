@@ -278,19 +278,42 @@ _RUNTIME_HASH = _runtime_hash()
 
 
 def kernel_cache_dir() -> Path:
-    """Where generated kernel modules (and Numba's cache beside them) live."""
+    """Where generated kernel modules (and Numba's cache beside them) live: SPARSAD_KERNEL_CACHE,
+    else ~/.cache/sparsad/kernels, else a per-user folder in the temp directory. A folder is used
+    only when it is ours and no one else can write to it (created 0700): we import code from it."""
     configured = os.environ.get("SPARSAD_KERNEL_CACHE")
     candidates = [Path(configured)] if configured else []
+    user = os.getuid() if hasattr(os, "getuid") else os.getlogin()
     candidates += [Path.home() / ".cache" / "sparsad" / "kernels",
-                   Path(tempfile.gettempdir()) / "sparsad-kernels"]
+                   Path(tempfile.gettempdir()) / f"sparsad-kernels-{user}"]
+    refused = []
     for path in candidates:
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            if os.access(path, os.W_OK):
-                return path
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError:
             continue
-    raise UnsupportedError("no writable directory for compiled kernels; set SPARSAD_KERNEL_CACHE")
+        problem = _unsafe_directory(path)
+        if problem is None:
+            return path
+        refused.append(f"{path} ({problem})")
+    detail = f"; refused {', '.join(refused)}" if refused else ""
+    raise UnsupportedError(f"no private writable directory for compiled kernels{detail}; set "
+                           f"SPARSAD_KERNEL_CACHE to a folder only you can write (chmod 700)")
+
+
+def _unsafe_directory(path: Path) -> str | None:
+    """Why importing modules from `path` is unsafe (another owner, writable by others), or None."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        return str(error)
+    if not os.access(path, os.W_OK):
+        return "not writable"
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"owned by uid {info.st_uid}, not by you"
+    if info.st_mode & 0o022:
+        return f"writable by others (mode {oct(info.st_mode & 0o777)})"
+    return None
 
 
 _LOAD_LOCK = threading.Lock()
