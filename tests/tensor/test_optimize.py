@@ -281,10 +281,13 @@ def test_cse_tells_symmetric_diagrams_apart_in_any_spelling(order, letters):
 @st.composite
 def expressions(draw):
     """Random small programs over two 3x3 matrices and a vector, with every node kind."""
-    A, B, v = T.Variable("A", (3, 3)), T.Variable("B", (3, 3)), T.Variable("v", (3,))
+    # variable names that collide with the library's own spellings must not matter either
+    names = draw(st.sampled_from([("A", "B", "v"), ("zeros", "one", "_jvp_u"), ("I", "I", "I")]))
+    A, B, v = T.Variable(names[0], (3, 3)), T.Variable(names[1], (3, 3)), T.Variable(names[2], (3,))
     pool = [A, B]
     for _ in range(draw(st.integers(1, 5))):
-        kind = draw(st.sampled_from(["matmul", "add", "sub", "scale", "tanh", "T", "inv", "hadamard", "sum"]))
+        kind = draw(st.sampled_from(["matmul", "add", "sub", "scale", "tanh", "T", "inv", "hadamard", "sum",
+                                     "const"]))
         x, y = draw(st.sampled_from(pool)), draw(st.sampled_from(pool))
         if kind == "matmul":
             pool.append(T.einsum("ij,jk->ik", x, y))
@@ -302,6 +305,15 @@ def expressions(draw):
             pool.append(x * y)
         elif kind == "sum":
             pool.append(T.einsum("i,j->ij", x.sum(0), v))
+        elif kind == "const":
+            # constants whose names claim what they are not: only values may matter
+            value = draw(st.sampled_from(["zeros", "ones", "eye", "random", "scalar"]))
+            name = draw(st.sampled_from([None, "zeros", "one", "I", "eye", "X"]))
+            rng = np.random.default_rng(draw(st.integers(0, 99)))
+            array = {"zeros": np.zeros((3, 3)), "ones": np.ones((3, 3)), "eye": np.eye(3),
+                     "random": rng.standard_normal((3, 3)), "scalar": np.array(rng.standard_normal())}[value]
+            c = T.Constant(array, name=name)
+            pool.append(T.einsum(",ij->ij", c, x) if c.ndim == 0 else T.einsum("ij,jk->ik", c, x) + c)
         else:   # a well-conditioned inverse: (x x^T + 3 I)^{-1}
             spd = T.einsum("ij,kj->ik", x, x) + T.Constant(3.0 * np.eye(3))
             pool.append(T.tensorinv(spd, 1))
@@ -322,3 +334,47 @@ def test_generated_programs_optimize_to_same_values(problem):
     assert_same(nodes, unguarded, feed, rtol=1e-9)
     guarded = T.optimize(nodes)
     assert graph_cost(guarded) == min(graph_cost(unguarded), graph_cost(T.optimize(nodes, passes=("path", "cse"))))
+
+
+def test_a_constant_named_zeros_keeps_its_value():
+    x = T.Variable("x", (3,))
+    c = T.Constant(np.full(3, 3.0), name="zeros")
+    e = T.einsum("i,i->i", x, c) + c
+    feed = {x: np.ones(3)}
+    for passes in [("fuse", "symbolic"), ("fuse", "symbolic", "path", "cse")]:
+        np.testing.assert_array_equal(values([T.optimize(e, passes=passes, guard=False)], feed)[0], [6.0] * 3)
+    # and a real zero is still pruned, whatever its name
+    z = T.einsum("i,i->i", x, T.Constant(np.zeros(3), name="weights"))
+    assert isinstance(T.optimize(z, guard=False), T.Constant)
+
+
+@st.composite
+def long_chains(draw):
+    """Chains of 76-110 small matrices, built pairwise: fusing one needs more than 100 subscripts
+    for the longer ones (opt_einsum's symbols leave ASCII after 52 and letters after 74)."""
+    n = draw(st.integers(76, 110))
+    dims = draw(st.lists(st.integers(1, 3), min_size=n + 1, max_size=n + 1))
+    return dims, draw(st.integers(0, 1000)), draw(st.sampled_from(["chain", "grad"]))
+
+
+@settings(max_examples=4, deadline=None)
+@given(long_chains())
+def test_graphs_over_a_hundred_subscripts_optimize_to_same_values(problem):
+    dims, seed, what = problem
+    mats = [T.Variable(f"M{k}", (dims[k], dims[k + 1])) for k in range(len(dims) - 1)]
+    y = mats[0]
+    for m in mats[1:]:
+        y = T.einsum("ij,jk->ik", y, m)
+    rng = np.random.default_rng(seed)
+    feed = {m: rng.uniform(0.5, 1.0, m.shape) / np.sqrt(m.shape[0]) for m in mats}
+    if what == "chain":
+        nodes = [y]
+        ref = [np.linalg.multi_dot([feed[m] for m in mats]) if len(mats) > 1 else feed[mats[0]]]
+    else:
+        loss = T.einsum("ij,ij->", y, y)
+        nodes = T.grad(loss, [mats[0], mats[-1]])
+        ref = values(nodes, feed)
+    (fused,) = T.optimize([T.einsum("ij->ij", y)], passes=("fuse",))
+    assert len({c for s in fused.in_subs for c in s}) == len(dims)
+    for got, want in zip(values(T.optimize(nodes, guard=False), feed), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-300)

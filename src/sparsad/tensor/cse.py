@@ -16,7 +16,7 @@ import numpy as np
 from sparsad.tensor.graph import rewrite, topological
 from sparsad.tensor.nodes import (
     Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, Sum, TensorInverse,
-    Transpose, Variable,
+    Transpose, Variable, Zeros,
 )
 
 _MAX_ORDERS = 120
@@ -52,6 +52,8 @@ class Canonicalizer:
             return ("var", n.uid)
         if isinstance(n, Identity):
             return ("eye", n.n)
+        if isinstance(n, Zeros):
+            return ("zeros", n.shape)
         if isinstance(n, Constant):
             if n.value.size <= 4096:
                 return ("const", n.value.shape, n.value.dtype.str, n.value.tobytes())

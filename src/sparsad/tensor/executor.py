@@ -64,6 +64,8 @@ def numpy_small_einsum(subs: str):
     tensordot plus a transpose when the contraction is a plain tensor product, else np.einsum."""
     lhs, out = subs.split("->")
     ins = lhs.split(",")
+    if not subs.isascii():
+        return None                                  # NumPy knows 52 letters; opt_einsum respells
     if len(ins) == 1:
         return partial(np.einsum, subs)
     a, b = ins
@@ -118,6 +120,12 @@ class Executor:
         self.chunks = chunks
         self.order = topological(self.nodes)
         self.variables = {n.uid: n for n in self.order if isinstance(n, Variable)}
+        self._by_name: dict[str, Variable] = {}
+        self._ambiguous_names: dict[str, int] = {}
+        for v in self.variables.values():
+            if v.name in self._by_name:
+                self._ambiguous_names[v.name] = self._ambiguous_names.get(v.name, 1) + 1
+            self._by_name.setdefault(v.name, v)
         self._sparse = any(v.sparse for v in self.variables.values())
         if self._sparse:
             check_sparse_backend(backend)
@@ -205,12 +213,16 @@ class Executor:
         for o in outs:
             if o.uid not in planned:
                 raise InputError(f"Executor.run: output {o.label} was not among the planned nodes")
-        by_name = {v.name: v for v in self.variables.values()}
+        by_name = self._by_name
         values: dict[int, Any] = {}
         raw: dict[int, Any] = {}
         for key, value in feed_dict.items():
             if isinstance(key, str):
                 var = by_name.get(key)
+                if key in self._ambiguous_names:
+                    raise InputError(f"Executor.run: feed {key!r} is ambiguous: {self._ambiguous_names[key]} "
+                                     "Variables of this graph share that name; key the feed by the "
+                                     "Variable objects instead")
                 if var is None:
                     raise InputError(f"Executor.run: feed {key!r} names no Variable of this graph "
                                      f"(variables: {sorted(by_name)})")

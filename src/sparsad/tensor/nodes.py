@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from opt_einsum import get_symbol
 
-from sparsad.errors import DerivativeRuleError, FormatError, InputError, ShapeError, UnsupportedError
+from sparsad.errors import DerivativeRuleError, DTypeError, FormatError, InputError, ShapeError, UnsupportedError
 
 _ids = itertools.count()
 
@@ -188,7 +188,14 @@ class Constant(Node):
     __slots__ = ("value", "name")
 
     def __init__(self, value, name: str | None = None):
-        array = np.asarray(value, dtype=np.result_type(np.asarray(value).dtype, np.float32))
+        raw = np.asarray(value)
+        if raw.dtype.kind == "c":
+            raise DTypeError(f"Constant {name or ''}: complex values are not supported (dtype {raw.dtype}); "
+                             "split the real and imaginary parts into two real tensors")
+        if raw.dtype.kind not in "biuf":
+            raise DTypeError(f"Constant {name or ''}: values of dtype {raw.dtype} are not numbers; "
+                             "pass a real numeric array")
+        array = np.array(raw, dtype=np.result_type(raw.dtype, np.float32))
         array.setflags(write=False)
         super().__init__((), array.shape)
         object.__setattr__(self, "value", array)
@@ -217,13 +224,51 @@ class Identity(Node):
         return (self.n,)
 
 
-def zeros(shape: Sequence[int]) -> Constant:
-    return Constant(np.zeros(tuple(shape)), name="zeros")
+class Zeros(Constant):
+    """An all-zero constant. The optimizer recognises zeros by this type (and by looking at small
+    constants' values), never by a name: a Constant named "zeros" is just a Constant."""
+
+    __slots__ = ()
+
+    def __init__(self, shape: Sequence[int]):
+        shape = tuple(shape)
+        if any((not isinstance(s, numbers.Integral)) or s < 0 for s in shape):
+            raise ShapeError(f"zeros: shape {shape} must be non-negative integers")
+        # a read-only broadcast view: no memory however large the shape
+        Node.__init__(self, (), shape)
+        object.__setattr__(self, "value", np.broadcast_to(np.zeros((), dtype=np.float64), shape))
+        object.__setattr__(self, "name", None)
+
+    @property
+    def label(self) -> str:
+        return f"zeros{self.uid}"
+
+    def params(self):
+        return (self.shape,)
+
+
+def zeros(shape: Sequence[int]) -> Zeros:
+    """An all-zero tensor of `shape` (e.g. a direction that an HVP should prune away)."""
+    return Zeros(shape)
+
+
+def is_zero(node: Node) -> bool:
+    """True when `node` is known to be all zeros: a Zeros node, or a small Constant of zeros.
+
+    Decided from the type and the stored values only, never from a name."""
+    if isinstance(node, Zeros):
+        return True
+    return isinstance(node, Constant) and node.value.size <= 4096 and not np.any(node.value)
 
 
 # ======================================================================================
 # Operations
 # ======================================================================================
+# Any other printable character names an axis: passes that fuse long chains need more symbols than
+# the 52 ASCII letters (opt_einsum.get_symbol continues into Unicode); executors respell them.
+RESERVED_SUBSCRIPT_CHARS = frozenset(",->.")
+
+
 def parse_subscripts(subscripts: str, n_operands: int) -> tuple[tuple[str, ...], str]:
     """Split 'ij,jk->ik' into (('ij', 'jk'), 'ik'); implicit outputs follow NumPy's rule."""
     if not isinstance(subscripts, str):
@@ -249,8 +294,9 @@ def parse_subscripts(subscripts: str, n_operands: int) -> tuple[tuple[str, ...],
                          f"but {n_operands} operand(s) were given")
     for sub in ins + (out,):
         for ch in sub:
-            if not ch.isalpha():
-                raise InputError(f"einsum: subscript character {ch!r} in {subscripts!r} is not a letter")
+            if ch in RESERVED_SUBSCRIPT_CHARS or not ch.isprintable():
+                raise InputError(f"einsum: subscript character {ch!r} in {subscripts!r} cannot name an axis; "
+                                 "use letters (any other printable symbol but , - > . also works)")
     return ins, out
 
 
@@ -571,6 +617,7 @@ def tensorinv(x: Node, ind: int | None = None) -> TensorInverse:
 Variable._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1], params[2]))
 Constant._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1]))
 Identity._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))
+Zeros._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))
 
 
 class SampleAt(Node):

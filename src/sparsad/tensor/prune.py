@@ -15,7 +15,7 @@ from typing import Sequence
 
 from sparsad.tensor.cse import leaf_equal
 from sparsad.tensor.graph import fresh_letters, rewrite
-from sparsad.tensor.nodes import Constant, Einsum, Identity, Node, Scale, TensorInverse, zeros
+from sparsad.tensor.nodes import Constant, Einsum, Identity, Node, Scale, TensorInverse, is_zero, zeros
 
 
 def prune_identities_einsum(node: Einsum) -> Node:
@@ -61,14 +61,9 @@ def prune_identities_einsum(node: Einsum) -> Node:
     return Scale(factor, result) if factor != 1 else result
 
 
-def _is_zero(node: Node) -> bool:
-    return isinstance(node, Constant) and (node.name == "zeros" or (
-        node.value.size <= 4096 and not node.value.any()))
-
-
 def prune_trivial(node: Node) -> Node:
     """einsum('abc->abc', x) -> x, Scale(1, x) -> x, an einsum with a zero operand -> zeros."""
-    if isinstance(node, Einsum) and any(_is_zero(op) for op in node.inputs):
+    if isinstance(node, Einsum) and any(is_zero(op) for op in node.inputs):
         return zeros(node.shape)
     if isinstance(node, Einsum) and len(node.inputs) == 1 and node.in_subs[0] == node.out_sub:
         return node.inputs[0]
