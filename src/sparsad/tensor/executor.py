@@ -7,15 +7,63 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import opt_einsum as oe
 
-from sparsad.errors import FormatError, InputError, ShapeError
+from sparsad.errors import DTypeError, FormatError, InputError, ShapeError
 from sparsad.tensor.backends import (
-    check_sparse_backend, densify, get_backend, is_sparse, sparse_einsum, to_pydata,
+    SingularInverse, check_dtype, check_sparse_backend, densify, get_backend, is_sparse, sparse_einsum,
+    to_pydata,
 )
 from sparsad.tensor.graph import einsum_view, topological
 from sparsad.tensor.nodes import (
     Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, Sum, TensorInverse,
     Transpose, Variable,
 )
+
+
+def singular_error(node: TensorInverse, detail: str) -> InputError:
+    x = node.inputs[0]
+    return InputError(f"tensorinv ({node.label}): {x.label} of shape {x.shape} is singular or not finite "
+                      f"({detail}); regularise it (add a multiple of the identity) or check the feeds")
+
+
+def _dtype_kind(value) -> str:
+    """'f', 'c', 'i', ... for NumPy, PyTorch, JAX, Dask and sparse arrays and Python scalars/lists."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return np.asarray(value).dtype.kind
+    if type(dtype).__module__ == "torch":
+        return "c" if dtype.is_complex else ("f" if dtype.is_floating_point else
+                                             ("b" if str(dtype) == "torch.bool" else "i"))
+    return np.dtype(dtype).kind
+
+
+def check_feed_dtype(var: Variable, value) -> None:
+    """Complex, string and object feeds are refused (a cast would drop the imaginary part)."""
+    try:
+        kind = _dtype_kind(value)
+    except (TypeError, ValueError):
+        kind = "O"
+    if kind == "c":
+        raise DTypeError(f"feed for {var.name!r}: complex values are not supported (they would silently "
+                         "lose their imaginary part); feed the real and imaginary parts as two Variables")
+    if kind not in "biuf":
+        raise DTypeError(f"feed for {var.name!r}: a {type(value).__name__} of non-numeric dtype; "
+                         "feed a real numeric array")
+
+
+def check_feed_finite(var: Variable, value) -> None:
+    """check_finite=True: a feed holding NaN or inf is an error naming the Variable."""
+    if is_sparse(value):
+        data = to_pydata(value).data
+    elif type(value).__module__.startswith("torch"):
+        data = value.detach().cpu().numpy()
+    elif hasattr(value, "compute"):
+        data = np.asarray(value.compute())
+    else:
+        data = np.asarray(value)
+    bad = int(data.size - np.count_nonzero(np.isfinite(data)))
+    if bad:
+        raise InputError(f"feed for {var.name!r}: {bad} of {data.size} entries are NaN or infinite "
+                         "(check_finite=True); clean the data or mask those entries")
 
 
 def canonical_subscripts(in_subs: Sequence[str], out: str) -> str:
@@ -106,16 +154,19 @@ class Executor:
     (elements). For "dask", `client` (a dask.distributed Client) computes the results; `chunks`
     sets how fed NumPy arrays are split. With reuse=True an intermediate is kept between runs and
     reused while every Variable it depends on is fed the very same array object again.
+    dtype: float64, float32 or float16. check_finite=True refuses feeds holding NaN or inf.
+    Complex feeds are refused; a singular tensorinv raises InputError on every backend.
     """
 
     def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "greedy",
                  memory_limit: int | None = None, dtype=np.float64, client: Any = None,
-                 chunks: Any = "auto", reuse: bool = False):
+                 chunks: Any = "auto", reuse: bool = False, check_finite: bool = False):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         self.reuse = reuse
         self._last_values: dict[int, Any] = {}
         self.backend = get_backend(backend)
-        self.dtype = np.dtype(dtype)
+        self.dtype = check_dtype(dtype)
+        self.check_finite = check_finite
         self.client = client
         self.chunks = chunks
         self.order = topological(self.nodes)
@@ -166,9 +217,12 @@ class Executor:
         return self.backend.asarray(np.asarray(node.value, dtype=self.dtype), self.dtype)
 
     def _feed(self, var: Variable, value):
+        check_feed_dtype(var, value)
         shape = tuple(getattr(value, "shape", np.shape(value)))
         if shape != var.shape:
             raise ShapeError(f"feed for {var.name!r}: shape {shape} does not match the declared {var.shape}")
+        if self.check_finite:
+            check_feed_finite(var, value)
         if var.sparse:
             if not is_sparse(value):
                 raise FormatError(f"feed for {var.name!r}: Variable is declared sparse={var.sparse!r} "
@@ -267,7 +321,11 @@ class Executor:
             if self.client is not None:
                 results = self.client.gather(self.client.compute(results))
             else:
-                results = list(dask.compute(*results))
+                try:
+                    results = list(dask.compute(*results))
+                except SingularInverse as exc:
+                    raise InputError(f"tensorinv: a matrix to invert is singular ({exc}); regularise it "
+                                     "(add a multiple of the identity) or check the feeds") from None
             results = [np.asarray(r) for r in results]
         elif to_numpy:
             results = [self.backend.to_numpy(r) if not is_sparse(r) else r for r in results]
@@ -280,15 +338,22 @@ class Executor:
         key = tuple(o.uid for o in outs)
         fed = [n for n in schedule if isinstance(n, Variable)]
         if key not in self._jitted:
+            inverses = [n for n in schedule if isinstance(n, TensorInverse)]
+
             def program(*arrays):
                 env = dict(zip((v.uid for v in fed), arrays))
                 for node in schedule:
                     if node.uid not in env:
-                        env[node.uid] = self._eval(node, [env[c.uid] for c in node.inputs])
-                return [env[o.uid] for o in outs]
+                        env[node.uid] = self._eval(node, [env[c.uid] for c in node.inputs], traced=True)
+                # JAX inverts singular matrices to inf/nan silently: report which ones did
+                return [env[o.uid] for o in outs], [self.backend.all_finite(env[n.uid]) for n in inverses]
 
-            self._jitted[key] = jax.jit(program)
-        results = self._jitted[key](*[values[v.uid] for v in fed])
+            self._jitted[key] = (jax.jit(program), inverses)
+        program, inverses = self._jitted[key]
+        results, finite = program(*[values[v.uid] for v in fed])
+        for node, ok in zip(inverses, finite):
+            if not bool(ok):
+                raise singular_error(node, "the inverse has non-finite entries")
         return [np.asarray(r) for r in results] if to_numpy else list(results)
 
     def _sample(self, node: SampleAt, values: dict):
@@ -306,7 +371,7 @@ class Executor:
             data = np.asarray(values[x.uid])[tuple(coords)]
         return sparse.COO(coords, np.asarray(data, dtype=self.dtype), shape=node.shape)
 
-    def _eval(self, node: Node, args: list):
+    def _eval(self, node: Node, args: list, traced: bool = False):
         if node.uid in self._constants:
             return self._constants[node.uid]
         b = self.backend
@@ -332,7 +397,13 @@ class Executor:
         if isinstance(node, Transpose):
             return b.transpose(args[0], node.perm)
         if isinstance(node, TensorInverse):
-            return b.tensorinv(densify(args[0], "tensorinv"), node.ind)
+            try:
+                inv = b.tensorinv(densify(args[0], "tensorinv"), node.ind)
+            except SingularInverse as exc:
+                raise singular_error(node, str(exc)) from None
+            if not traced and not b.all_finite(inv):
+                raise singular_error(node, "the inverse has non-finite entries")
+            return inv
         raise InputError(f"Executor: cannot evaluate {type(node).__name__} node {node.label}")
 
 

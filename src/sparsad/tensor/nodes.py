@@ -359,13 +359,41 @@ def einsum(subscripts: str, *operands: Node) -> Einsum:
     return Einsum(subscripts, *operands)
 
 
-def tensordot(a: Node, b: Node, axes: int = 2) -> Einsum:
-    """numpy.tensordot semantics with an integer `axes`: the last `axes` of a meet the first of b."""
-    if axes > a.ndim or axes > b.ndim:
-        raise ShapeError(f"tensordot: axes={axes} exceeds the order of {a.label} ({a.ndim}) or {b.label} ({b.ndim})")
-    la = "".join(get_symbol(i) for i in range(a.ndim))
-    lb = la[a.ndim - axes:] + "".join(get_symbol(a.ndim + i) for i in range(b.ndim - axes))
-    return einsum(f"{la},{lb}->{la[:a.ndim - axes]}{lb[axes:]}", a, b)
+def tensordot(a: Node, b: Node, axes: int | Sequence = 2) -> Einsum:
+    """numpy.tensordot: `axes` an integer (the last `axes` of a meet the first of b) or a pair
+    (axes of a, axes of b) of integers or equal-length lists; free axes of a, then of b, remain."""
+    if not isinstance(a, Node) or not isinstance(b, Node):
+        raise InputError("tensordot: a and b must be graph nodes")
+    if isinstance(axes, numbers.Integral) and not isinstance(axes, bool):
+        if not 0 <= axes <= min(a.ndim, b.ndim):
+            raise ShapeError(f"tensordot: axes={axes} must be between 0 and the orders of "
+                             f"{a.label} ({a.ndim}) and {b.label} ({b.ndim})")
+        a_axes, b_axes = list(range(a.ndim - axes, a.ndim)), list(range(axes))
+    else:
+        try:
+            a_axes, b_axes = axes
+            a_axes = [a_axes] if isinstance(a_axes, numbers.Integral) else list(a_axes)
+            b_axes = [b_axes] if isinstance(b_axes, numbers.Integral) else list(b_axes)
+        except (TypeError, ValueError):
+            raise InputError(f"tensordot: axes={axes!r} must be an integer or a pair of axis lists, "
+                             "e.g. [[1], [0]]") from None
+        if len(a_axes) != len(b_axes):
+            raise ShapeError(f"tensordot: axes={axes!r} pair {len(a_axes)} axes of {a.label} "
+                             f"with {len(b_axes)} of {b.label}")
+        for name, node, group in (("first", a, a_axes), ("second", b, b_axes)):
+            if any(not isinstance(k, numbers.Integral) or not -node.ndim <= k < node.ndim for k in group):
+                raise ShapeError(f"tensordot: {name} axes {group} out of range for {node.label} "
+                                 f"of order {node.ndim}")
+        a_axes = [int(k) % a.ndim for k in a_axes]
+        b_axes = [int(k) % b.ndim for k in b_axes]
+        if len(set(a_axes)) != len(a_axes) or len(set(b_axes)) != len(b_axes):
+            raise ShapeError(f"tensordot: axes={axes!r} repeat an axis")
+    la = [get_symbol(i) for i in range(a.ndim)]
+    lb = [get_symbol(a.ndim + i) for i in range(b.ndim)]
+    for i, j in zip(a_axes, b_axes):
+        lb[j] = la[i]
+    out = [c for i, c in enumerate(la) if i not in a_axes] + [c for j, c in enumerate(lb) if j not in b_axes]
+    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
 
 
 class _Binary(Node):
