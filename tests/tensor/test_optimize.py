@@ -378,3 +378,97 @@ def test_graphs_over_a_hundred_subscripts_optimize_to_same_values(problem):
     assert len({c for s in fused.in_subs for c in s}) == len(dims)
     for got, want in zip(values(T.optimize(nodes, guard=False), feed), ref):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-300)
+
+
+def transposes_left(graph):
+    """Pure transposes of the graph that folding could have removed (should be none)."""
+    from sparsad.tensor.transposes import transpose_parts
+
+    users: dict[int, list] = {}
+    for n in topological(graph):
+        for c in n.inputs:
+            users.setdefault(c.uid, []).append(n)
+    outputs = {n.uid for n in graph}
+    bad = []
+    for n in topological(graph):
+        parts = transpose_parts(n)
+        if parts is None:
+            continue
+        source, perm = parts
+        if (perm == tuple(range(len(perm))) or isinstance(source, (T.Identity, T.Transpose))
+                or transpose_parts(source) is not None
+                or any(isinstance(u, T.Einsum) and transpose_parts(u) is None for u in users.get(n.uid, []))):
+            bad.append(n)                       # identity, symmetric source, chain, or foldable
+        elif isinstance(source, T.Einsum) and source.uid not in outputs and all(
+                isinstance(u, T.Einsum) for u in users[source.uid]):
+            bad.append(n)                       # the producer could have been re-oriented
+    return bad
+
+
+@settings(max_examples=30, deadline=None)
+@given(expressions())
+def test_optimized_graphs_keep_no_foldable_transpose(problem):
+    (A, B, v), loss, seed = problem
+    V = [T.Variable("VA", (3, 3)), T.Variable("VB", (3, 3))]
+    nodes = [loss] + T.grad(loss, [A, B, v]) + T.hvp(loss, [A, B], V) + [T.hessian(loss, [v])[0][0]]
+    rng = np.random.default_rng(seed)
+    feed = {x: 0.5 * rng.standard_normal(x.shape) for x in (A, B, v, *V)}
+    for opt in (T.optimize(nodes, guard=False), T.optimize(nodes, passes=("path", "cse"))):
+        assert transposes_left(opt) == []
+        assert_same(nodes, opt, feed, rtol=1e-9)
+
+
+@pytest.mark.parametrize("order", [3, 4])
+def test_dimension_tree_sweeps_have_no_transpose(order):
+    s, R = 4, 2
+    letters = "ijkl"[:order]
+    X = T.Variable("X", (s,) * order)
+    sites = [T.Variable(f"A{n}", (s, R)) for n in range(order)]
+    model = T.einsum(",".join(c + "r" for c in letters) + "->" + letters, *sites)
+    res = X - model
+    loss = 0.5 * T.einsum(f"{letters},{letters}->", res, res)
+    ups = [a - T.tensordot(T.tensorinv(T.hessian(loss, [a])[0][0]), T.grad(loss, a)) for a in sites]
+    mttkrp = [T.einsum(letters + "," + ",".join(c + "r" for k, c in enumerate(letters) if k != n)
+                       + "->" + letters[n] + "r", X, *[a for k, a in enumerate(sites) if k != n])
+              for n in range(order)]
+    feed = rand_feed([X, *sites], seed=order)
+    for graph in (ups, mttkrp):
+        opt = T.optimize(graph, dimension_tree=sites)
+        assert transposes_left(opt) == []
+        assert not any(isinstance(n, T.Transpose) for n in topological(opt))
+        assert_same(graph, opt, feed, rtol=1e-8)
+
+
+def test_identity_inverses_and_transposes_are_pruned():
+    A = T.Variable("A", (3, 3))
+    I3 = T.Identity(3)
+    cases = [T.einsum("ij,jk->ik", T.tensorinv(I3, 1), A), T.einsum("ij,jk->ik", T.transpose(I3), A),
+             T.einsum("ij,jk->ik", T.tensorinv(T.transpose(I3), 1), A),
+             T.einsum("ij,jk->ik", T.tensorinv(2.0 * I3, 1), A)]
+    feed = rand_feed([A])
+    for e in cases:
+        opt = T.optimize(e, guard=False)
+        assert count_nodes([opt], T.TensorInverse) == 0 and count_nodes([opt], T.Identity) == 0
+        assert_same([e], [opt], feed)
+    assert T.optimize(T.tensorinv(I3, 1)) is I3 or isinstance(T.optimize(T.tensorinv(I3, 1)), T.Identity)
+    K = T.einsum("ij,kl->ikjl", I3, T.Identity(2))
+    assert count_nodes([T.optimize(T.tensorinv(K, 2))], T.TensorInverse) == 0
+
+
+def test_cse_sees_through_transposes_and_identity_symmetry():
+    A, B, v = T.Variable("A", (3, 4)), T.Variable("B", (4, 3)), T.Variable("v", (3,))
+    canon = Canonicalizer()
+    e = T.einsum("ij,jk->ik", A, B)
+    e_t = T.einsum("ij,jk->ki", A, B)
+    assert canon.id(T.transpose(e)) == canon.id(e_t) != canon.id(e)
+    assert canon.id(T.transpose(T.transpose(e))) == canon.id(e)
+    # a consumer reading a transpose is the consumer reading the source the other way round
+    assert canon.id(T.einsum("ki,k->i", e_t, v)) == canon.id(T.einsum("ik,k->i", e, v))
+    assert canon.id(T.einsum("ij,j->i", T.transpose(e), v)) == canon.id(T.einsum("ji,j->i", e, v))
+    I3, I4 = T.Identity(3), T.Identity(4)
+    assert canon.id(T.einsum("ab,cd->abcd", I3, I4)) == canon.id(T.einsum("ba,dc->abcd", I3, I4))
+    assert canon.id(T.einsum("ab,cd->abcd", I3, I3)) != canon.id(T.einsum("ac,bd->abcd", I3, I3))
+    assert canon.id(T.transpose(I3)) == canon.id(I3)
+    out = cse([T.einsum("ij,jk->ik", A, B) + T.transpose(T.einsum("ab,bc->ca", A, B))])
+    assert count_nodes(out, T.Einsum) == 1
+    assert_same([e + e], out, rand_feed([A, B]))

@@ -17,8 +17,8 @@ import numpy as np
 from sparsad.errors import InputError, ShapeError, UnsupportedError
 from sparsad.tensor.graph import depends_on, einsum_view, fresh_letters, topological
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, TensorInverse, Variable,
-    zeros,
+    Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, TensorInverse,
+    Variable, zeros,
 )
 
 
@@ -91,7 +91,7 @@ def _rule(node: Node, k: int, adj: Node, lead_n: int, explicit: bool) -> Node:
         return Scale(-1, out) if (isinstance(node, Sub) and k == 1) else out
     if isinstance(node, Scale):
         return Scale(node.coef, _tie(adj, lead_n) if explicit else adj)
-    if isinstance(node, Elementwise):
+    if isinstance(node, (Elementwise, Power)):
         deriv = node.derivative()
         letters = fresh_letters(adj.ndim)
         lead, o = "".join(letters[:lead_n]), "".join(letters[lead_n:])

@@ -52,7 +52,7 @@ def _elementwise(mod) -> dict:
     return {
         "exp": mod.exp, "log": mod.log, "sin": mod.sin, "cos": mod.cos, "tanh": mod.tanh,
         "sqrt": mod.sqrt, "reciprocal": lambda x: 1.0 / x, "square": lambda x: x * x,
-        "sech2": lambda x: 1.0 / mod.cosh(x) ** 2, "abs": mod.abs, "sign": mod.sign,
+        "sech2": lambda x: 1.0 / mod.cosh(x) ** 2,
     }
 
 

@@ -14,7 +14,7 @@ from sparsad.tensor.backends import (
 )
 from sparsad.tensor.graph import einsum_view, topological
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, Sum, TensorInverse,
+    Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, Sum, TensorInverse,
     Transpose, Variable,
 )
 
@@ -392,6 +392,8 @@ class Executor:
             if is_sparse(args[0]):
                 return b.funcs[node.fn](densify(args[0], f"elementwise {node.fn}"))
             return b.funcs[node.fn](args[0])
+        if isinstance(node, Power):
+            return b.power(densify(args[0], "power"), node.exponent)
         if isinstance(node, Sum):
             return b.sum(args[0], node.axes) if node.axes else args[0]
         if isinstance(node, Transpose):

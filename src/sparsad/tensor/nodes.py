@@ -43,6 +43,12 @@ class Node:
         return len(self.shape)
 
     @property
+    def symmetry(self) -> tuple[tuple[int, ...], ...]:
+        """Groups of axes the value is symmetric under (any permutation within a group leaves it
+        unchanged); the optimizer may use it, so it is declared, never guessed."""
+        return ()
+
+    @property
     def label(self) -> str:
         """A short human name used in error messages and printed graphs."""
         return f"{type(self).__name__.lower()}{self.uid}"
@@ -96,14 +102,17 @@ class Node:
         return _hadamard(self, Elementwise("reciprocal", other))
 
     def __pow__(self, power):
+        if isinstance(power, Node):
+            raise UnsupportedError("x ** y with a tensor exponent is not supported; write exp(y * log(x))")
+        if power == 1:
+            return self
         if power == 2:
             return _hadamard(self, self)
         if power == -1:
             return Elementwise("reciprocal", self)
         if power == 0.5:
             return Elementwise("sqrt", self)
-        raise UnsupportedError(f"x ** {power!r}: only powers 2, -1 and 0.5 are supported; "
-                               "write other powers with einsum and elementwise functions")
+        return Power(self, power)
 
     def __matmul__(self, other):
         if self.ndim == 2 and other.ndim == 2:
@@ -151,12 +160,40 @@ def _hadamard(a: Node, b: Node) -> Node:
 # ======================================================================================
 # Sources
 # ======================================================================================
+ORTHONORMAL = ("row", "column")
+
+
+def check_symmetry_groups(name: str, shape: tuple, symmetry) -> tuple[tuple[int, ...], ...]:
+    """symmetry=[[0, 2], [1, 3]]: disjoint groups of at least two axes of equal extent."""
+    try:
+        groups = tuple(tuple(int(a) for a in g) for g in symmetry)
+    except (TypeError, ValueError):
+        raise InputError(f"Variable {name!r}: symmetry={symmetry!r} must be a list of axis groups, "
+                         "e.g. [[0, 1]]") from None
+    seen: set[int] = set()
+    for g in groups:
+        if len(g) < 2 or any(not 0 <= a < len(shape) for a in g) or seen & set(g) or len(set(g)) != len(g):
+            raise InputError(f"Variable {name!r}: symmetry group {list(g)} must name two or more distinct "
+                             f"axes of shape {shape}, each in one group only")
+        if len({shape[a] for a in g}) != 1:
+            raise ShapeError(f"Variable {name!r}: symmetric axes {list(g)} have different extents "
+                             f"{[shape[a] for a in g]}")
+        seen |= set(g)
+    return tuple(tuple(sorted(g)) for g in groups)
+
+
 class Variable(Node):
-    """An input fed at run time. `sparse` may be "coo" or "csr" (then feeds stay sparse)."""
+    """An input fed at run time. `sparse` may be "coo" or "csr" (then feeds stay sparse).
 
-    __slots__ = ("name", "sparse")
+    symmetry=[[0, 1]] declares the value symmetric under swapping those axes (groups of any size,
+    checked on every feed). orthonormal="column" declares a matrix M with M @ M.T = I (contracting
+    its second axis with itself gives an identity), "row" one with M.T @ M = I; also checked.
+    """
 
-    def __init__(self, name: str, shape: Sequence[int], sparse: str | None = None):
+    __slots__ = ("name", "sparse", "_symmetry", "orthonormal")
+
+    def __init__(self, name: str, shape: Sequence[int], sparse: str | None = None,
+                 symmetry: Sequence[Sequence[int]] = (), orthonormal: str | None = None):
         if not isinstance(name, str) or not name:
             raise InputError("Variable: name must be a non-empty string")
         shape = tuple(shape)
@@ -166,19 +203,37 @@ class Variable(Node):
             raise FormatError(f"Variable {name!r}: sparse={sparse!r}; use one of {SPARSE_FORMATS} or None")
         if sparse == "csr" and len(shape) != 2:
             raise FormatError(f"Variable {name!r}: CSR needs a matrix, got shape {shape}; use sparse='coo'")
+        groups = check_symmetry_groups(name, shape, symmetry)
+        if orthonormal is not None:
+            if orthonormal not in ORTHONORMAL or len(shape) != 2:
+                raise InputError(f"Variable {name!r}: orthonormal={orthonormal!r} needs a matrix and one of "
+                                 f"{ORTHONORMAL}")
+            rows, cols = shape
+            if (orthonormal == "column" and rows > cols) or (orthonormal == "row" and cols > rows):
+                raise ShapeError(f"Variable {name!r}: a {rows}x{cols} matrix cannot be {orthonormal}-orthonormal")
+            if sparse:
+                raise UnsupportedError(f"Variable {name!r}: orthonormal sparse matrices are not supported")
         super().__init__((), shape)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "sparse", sparse)
+        object.__setattr__(self, "_symmetry", groups)
+        object.__setattr__(self, "orthonormal", orthonormal)
+
+    @property
+    def symmetry(self) -> tuple[tuple[int, ...], ...]:
+        return self._symmetry
 
     @property
     def label(self) -> str:
         return self.name
 
     def params(self):
-        return (self.name, self.shape, self.sparse)
+        return (self.name, self.shape, self.sparse, self._symmetry, self.orthonormal)
 
     def __repr__(self):
         extra = f", sparse={self.sparse!r}" if self.sparse else ""
+        extra += f", symmetry={[list(g) for g in self._symmetry]}" if self._symmetry else ""
+        extra += f", orthonormal={self.orthonormal!r}" if self.orthonormal else ""
         return f"Variable({self.name!r}, {self.shape}{extra})"
 
 
@@ -222,6 +277,10 @@ class Identity(Node):
 
     def params(self):
         return (self.n,)
+
+    @property
+    def symmetry(self) -> tuple[tuple[int, ...], ...]:
+        return ((0, 1),)
 
 
 class Zeros(Constant):
@@ -541,6 +600,48 @@ exp, log, sin, cos, tanh, sqrt, reciprocal, square = (
     _make_fn(n) for n in ("exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "square"))
 
 
+class Power(Node):
+    """x ** exponent entry by entry, for a real exponent (x ** 2, ** -1, ** 0.5 build cheaper nodes)."""
+
+    __slots__ = ("exponent",)
+
+    def __init__(self, x: Node, exponent: float):
+        if not isinstance(x, Node):
+            raise InputError("power: x must be a graph node")
+        if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real) or not np.isfinite(exponent):
+            raise InputError(f"power: exponent {exponent!r} must be a finite real number")
+        super().__init__((x,), x.shape)
+        object.__setattr__(self, "exponent", float(exponent))
+
+    def derivative(self) -> Node:
+        x, p = self.inputs[0], self.exponent
+        if p == 0:
+            return Zeros(x.shape)
+        if p == 1:
+            return Constant(np.ones(x.shape))
+        return Scale(p, x if p == 2 else Power(x, p - 1))
+
+    def params(self):
+        return (self.exponent,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(inputs[0], params[0])
+
+
+def power(x: Node, exponent: float) -> Node:
+    """x ** exponent entry by entry, e.g. ``power(x, 3)`` or ``power(x, -0.5)``."""
+    return x ** exponent
+
+
+def norm(x: Node) -> Node:
+    """The Frobenius (2-)norm sqrt(sum x^2) of a tensor of any order, a scalar node."""
+    if not isinstance(x, Node):
+        raise InputError("norm: x must be a graph node")
+    letters = "".join(get_symbol(i) for i in range(x.ndim))
+    return Elementwise("sqrt", Einsum(f"{letters},{letters}->", x, x))
+
+
 class Sum(Node):
     """Sum of x over `axes` (all axes when None)."""
 
@@ -642,7 +743,7 @@ def tensorinv(x: Node, ind: int | None = None) -> TensorInverse:
 
 
 # Sources are rebuilt from their own parameters (they have no inputs to replace).
-Variable._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1], params[2]))
+Variable._rebuild = classmethod(lambda cls, params, inputs: cls(*params))
 Constant._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1]))
 Identity._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))
 Zeros._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))
