@@ -237,6 +237,19 @@ def jacobian(y: Node, x: Node) -> Node:
     return _backprop(y, [x], _identity_seed(y.shape), y.shape, explicit=True)[0]
 
 
+def chainjacobian(dz_dy: Node, dy_dx: Node, y_ndim: int) -> Node:
+    """The chain rule on explicit Jacobians: dz/dx = dz/dy · dy/dx, contracting the last `y_ndim`
+    axes of dz_dy (shape z + y) with the first `y_ndim` of dy_dx (shape y + x)."""
+    from sparsad.tensor.nodes import tensordot
+
+    if not isinstance(y_ndim, int) or not 0 <= y_ndim <= min(dz_dy.ndim, dy_dx.ndim):
+        raise InputError(f"chainjacobian: y_ndim={y_ndim!r} must count axes shared by both Jacobians")
+    if dz_dy.shape[dz_dy.ndim - y_ndim:] != dy_dx.shape[:y_ndim]:
+        raise ShapeError(f"chainjacobian: dz/dy ends in {dz_dy.shape[dz_dy.ndim - y_ndim:]} but dy/dx "
+                         f"starts with {dy_dx.shape[:y_ndim]}")
+    return tensordot(dz_dy, dy_dx, y_ndim)
+
+
 def hessian(y: Node, xs: Node | Sequence[Node]) -> list[list[Node]]:
     """Explicit Hessian blocks H[i][j] of shape x_i.shape + x_j.shape for scalar y."""
     if y.shape != ():

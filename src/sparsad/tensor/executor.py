@@ -50,16 +50,45 @@ def check_feed_dtype(var: Variable, value) -> None:
                          "feed a real numeric array")
 
 
+def _host(value) -> np.ndarray:
+    """A feed as a NumPy array (sparse feeds: their stored values)."""
+    if is_sparse(value):
+        return to_pydata(value).data
+    if type(value).__module__.startswith("torch"):
+        return value.detach().cpu().numpy()
+    if hasattr(value, "compute"):
+        return np.asarray(value.compute())
+    return np.asarray(value)
+
+
+def check_feed_structure(var: Variable, value, dtype: np.dtype) -> None:
+    """A Variable declared symmetric or orthonormal must be fed such a value: the optimizer
+    simplified the graph assuming it, so a feed that is not would give a wrong answer."""
+    if not var.symmetry and not var.orthonormal:
+        return
+    data = _host(value).astype(np.float64)
+    scale = float(np.abs(data).max()) if data.size else 0.0
+    tol = 1e-6 if dtype == np.float64 else 1e-2
+    for group in var.symmetry:
+        for a, b in zip(group, group[1:]):       # neighbouring swaps generate every permutation
+            gap = float(np.abs(data - np.swapaxes(data, a, b)).max()) if data.size else 0.0
+            if gap > tol * max(scale, 1.0):
+                raise InputError(f"feed for {var.name!r}: declared symmetric in axes {list(group)} but "
+                                 f"swapping axes {a} and {b} changes it by up to {gap:.3g}; feed a "
+                                 "symmetric value or drop symmetry=")
+    if var.orthonormal:
+        gram = data @ data.T if var.orthonormal == "column" else data.T @ data
+        gap = float(np.abs(gram - np.eye(gram.shape[0])).max()) if gram.size else 0.0
+        if gap > tol:
+            product = "M @ M.T" if var.orthonormal == "column" else "M.T @ M"
+            raise InputError(f"feed for {var.name!r}: declared orthonormal={var.orthonormal!r} but {product} "
+                             f"differs from the identity by {gap:.3g}; orthonormalise it (e.g. a QR "
+                             "factor) or drop orthonormal=")
+
+
 def check_feed_finite(var: Variable, value) -> None:
     """check_finite=True: a feed holding NaN or inf is an error naming the Variable."""
-    if is_sparse(value):
-        data = to_pydata(value).data
-    elif type(value).__module__.startswith("torch"):
-        data = value.detach().cpu().numpy()
-    elif hasattr(value, "compute"):
-        data = np.asarray(value.compute())
-    else:
-        data = np.asarray(value)
+    data = _host(value)
     bad = int(data.size - np.count_nonzero(np.isfinite(data)))
     if bad:
         raise InputError(f"feed for {var.name!r}: {bad} of {data.size} entries are NaN or infinite "
@@ -154,19 +183,24 @@ class Executor:
     (elements). For "dask", `client` (a dask.distributed Client) computes the results; `chunks`
     sets how fed NumPy arrays are split. With reuse=True an intermediate is kept between runs and
     reused while every Variable it depends on is fed the very same array object again.
-    dtype: float64, float32 or float16. check_finite=True refuses feeds holding NaN or inf.
+    keep_feeds=True: a Variable left out of a run's feeds keeps the value it was last fed (say, the
+    big tensor of an alternating sweep, fed once). dtype: float64, float32 or float16. check_finite=True refuses feeds holding NaN or inf.
     Complex feeds are refused; a singular tensorinv raises InputError on every backend.
     """
 
     def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "greedy",
                  memory_limit: int | None = None, dtype=np.float64, client: Any = None,
-                 chunks: Any = "auto", reuse: bool = False, check_finite: bool = False):
+                 chunks: Any = "auto", reuse: bool = False, check_finite: bool = False,
+                 keep_feeds: bool = False):
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         self.reuse = reuse
         self._last_values: dict[int, Any] = {}
         self.backend = get_backend(backend)
         self.dtype = check_dtype(dtype)
         self.check_finite = check_finite
+        self.keep_feeds = keep_feeds
+        self._kept: dict[int, tuple] = {}
+        self._structure_checked: dict[int, Any] = {}
         self.client = client
         self.chunks = chunks
         self.order = topological(self.nodes)
@@ -223,6 +257,11 @@ class Executor:
             raise ShapeError(f"feed for {var.name!r}: shape {shape} does not match the declared {var.shape}")
         if self.check_finite:
             check_feed_finite(var, value)
+        if var.symmetry or var.orthonormal:
+            # checked once per fed object (an eigensolver feeds the same environment many times)
+            if self._structure_checked.get(var.uid) is not value:
+                check_feed_structure(var, value, self.dtype)
+                self._structure_checked[var.uid] = value
         if var.sparse:
             if not is_sparse(value):
                 raise FormatError(f"feed for {var.name!r}: Variable is declared sparse={var.sparse!r} "
@@ -288,6 +327,12 @@ class Executor:
                 raise InputError(f"Executor.run: feed keys must be Variables or names, got {type(key).__name__}")
             values[var.uid] = self._feed(var, value)
             raw[var.uid] = value
+        if self.keep_feeds:
+            # values kept across runs: a Variable not fed now keeps the value it was fed last
+            for uid, (value, converted) in self._kept.items():
+                if uid not in values:
+                    values[uid], raw[uid] = converted, value
+            self._kept.update({uid: (raw[uid], values[uid]) for uid in raw})
         schedule, free = self._schedule(outs)
         missing = [n.name for n in schedule if isinstance(n, Variable) and n.uid not in values]
         if missing:
