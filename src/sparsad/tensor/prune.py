@@ -17,6 +17,7 @@ from typing import Sequence
 
 from sparsad.tensor.cse import leaf_equal
 from sparsad.tensor.graph import fresh_letters, rewrite
+from sparsad.tensor.transposes import resolve, transpose_parts
 from sparsad.tensor.nodes import (
     Constant, Einsum, Identity, Node, Power, Scale, TensorInverse, Variable, is_zero, zeros,
 )
@@ -100,6 +101,10 @@ def prune_trivial(node: Node) -> Node:
         return zeros(node.shape)
     if isinstance(node, Einsum) and len(node.inputs) == 1 and node.in_subs[0] == node.out_sub:
         return node.inputs[0]
+    if transpose_parts(node) is not None:
+        source, perm = resolve(node)         # a permutation within the source's symmetry: the source
+        if perm == tuple(range(len(perm))):
+            return source
     if isinstance(node, Scale) and float(node.coef) == 1.0:
         return node.inputs[0]
     if isinstance(node, Power) and node.exponent == 1.0:
