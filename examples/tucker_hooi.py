@@ -14,6 +14,7 @@ from __future__ import annotations
 import string
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,9 @@ from sparsad._data import real_tensors
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+@lru_cache(maxsize=32)
 def tucker_graph(shape, ranks):
+    """(X, factors, optimized TTMc nodes, objective), built and optimized once per shape and ranks."""
     letters = string.ascii_lowercase[:len(shape)]
     core_letters = string.ascii_uppercase[:len(shape)]
     X = T.Variable("X", shape)
@@ -44,9 +47,14 @@ def tucker_graph(shape, ranks):
     return X, factors, optimized[:-1], optimized[-1]
 
 
+@lru_cache(maxsize=32)
+def _executor(shape, ranks):
+    X, factors, ttmcs, objective = tucker_graph(shape, ranks)
+    return X, factors, ttmcs, objective, T.Executor(ttmcs + [objective], reuse=True)
+
+
 def hooi(x: np.ndarray, ranks, n_iter: int = 20, init=None):
-    X, factors, ttmcs, objective = tucker_graph(x.shape, ranks)
-    executor = T.Executor(ttmcs + [objective], reuse=True)
+    X, factors, ttmcs, objective, executor = _executor(tuple(x.shape), tuple(int(r) for r in ranks))
     if init is None:   # HOSVD initialisation, as tensorly's default
         init = []
         for n, r in enumerate(ranks):

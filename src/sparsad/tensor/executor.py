@@ -228,7 +228,8 @@ class Executor:
                     planned = oe.contract_expression(subs, *shapes, optimize=path, memory_limit=memory_limit)
                     expr = partial(planned, backend=self.backend.name)
                 self._plans[node.uid] = (subs, expr)
-        self._needed: dict[tuple, list[Node]] = {}
+        self._needed: dict[tuple, Any] = {}
+        self._planned = {n.uid for n in self.order}
         self._jitted: dict[tuple, Any] = {}
         # Einsums read only through SampleAt are never evaluated densely (sampled einsums).
         from sparsad.tensor.contract_path import sampled_einsums
@@ -302,7 +303,7 @@ class Executor:
             to_numpy: bool = False) -> list:
         """Values of `out` (default: all planned nodes) for the given feeds (keyed by Variable or name)."""
         outs = self.nodes if out is None else list(out)
-        planned = {n.uid for n in self.order}
+        planned = self._planned
         for o in outs:
             if o.uid not in planned:
                 raise InputError(f"Executor.run: output {o.label} was not among the planned nodes")
@@ -334,11 +335,14 @@ class Executor:
                     values[uid], raw[uid] = converted, value
             self._kept.update({uid: (raw[uid], values[uid]) for uid in raw})
         schedule, free = self._schedule(outs)
-        missing = [n.name for n in schedule if isinstance(n, Variable) and n.uid not in values]
+        missing = [v.name for v in self._fed_in(outs, schedule) if v.uid not in values]
         if missing:
             raise InputError(f"Executor.run: no value fed for Variable(s) {missing}")
         if self.backend.name == "jax" and not self.reuse:
             return self._run_jitted(outs, schedule, values, to_numpy)
+        if not self._sparse:
+            self._run_steps(self._steps(outs, schedule, free), values, raw)
+            return self._finish([values[o.uid] for o in outs], to_numpy)
         for step, node in enumerate(schedule):
             for uid in free.get(step - 1, ()):
                 values.pop(uid, None)
@@ -359,7 +363,57 @@ class Executor:
                 self._last_values[node.uid] = (inputs, values[node.uid])
             else:
                 values[node.uid] = self._eval(node, [values[c.uid] for c in node.inputs])
-        results = [values[o.uid] for o in outs]
+        return self._finish([values[o.uid] for o in outs], to_numpy)
+
+    def _fed_in(self, outs, schedule) -> list[Variable]:
+        key = ("vars",) + tuple(o.uid for o in outs)
+        if key not in self._needed:
+            self._needed[key] = [n for n in schedule if isinstance(n, Variable)]
+        return self._needed[key]
+
+    def _steps(self, outs, schedule, free) -> list[tuple]:
+        """The schedule of a dense graph compiled once per set of outputs: for each node to
+        evaluate, (uid, evaluator, input uids, the sorted variables it depends on, uids to free
+        after it). The run loop then does no type dispatch."""
+        key = ("steps",) + tuple(o.uid for o in outs)
+        if key not in self._needed:
+            steps = []
+            for step, node in enumerate(schedule):
+                frees = tuple(free.get(step, ()))
+                if isinstance(node, Variable):
+                    steps.append((node.uid, None, (), (), frees))
+                    continue
+                steps.append((node.uid, self._evaluator(node), tuple(c.uid for c in node.inputs),
+                              tuple(sorted(self._deps[node.uid])), frees))
+            self._needed[key] = steps
+        return self._needed[key]
+
+    def _evaluator(self, node: Node):
+        if node.uid in self._constants:
+            value = self._constants[node.uid]
+            return lambda *args: value
+        if isinstance(node, Einsum):
+            return self._plans[node.uid][1]
+        return lambda *args: self._eval(node, list(args))
+
+    def _run_steps(self, steps, values: dict, raw: dict) -> None:
+        reuse, last = self.reuse, self._last_values
+        for uid, fn, args, deps, frees in steps:
+            if fn is not None and uid not in values:
+                if reuse:
+                    inputs = tuple(raw[u] for u in deps)
+                    cached = last.get(uid)
+                    if cached is not None and all(a is b for a, b in zip(cached[0], inputs)):
+                        values[uid] = cached[1]
+                    else:
+                        values[uid] = fn(*[values[a] for a in args])
+                        last[uid] = (inputs, values[uid])
+                else:
+                    values[uid] = fn(*[values[a] for a in args])
+            for f in frees:
+                values.pop(f, None)
+
+    def _finish(self, results: list, to_numpy: bool) -> list:
         if self.backend.name == "dask":
             import dask
 
