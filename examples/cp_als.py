@@ -80,8 +80,9 @@ class CPALS:
 
 
 def cp_als(x: np.ndarray, rank: int, n_iter: int = 50, seed: int = 0, init=None, tol: float = 0.0,
-           solver: CPALS | None = None):
-    """ALS with the AD-derived, optimized updates. Returns (factors, fits per sweep)."""
+           solver: CPALS | None = None, track_fit: bool = True):
+    """ALS with the AD-derived, optimized updates. Returns (factors, fits per sweep); with
+    track_fit=False (and tol=0) only the final fit is computed, as tensorly does without tol."""
     solver = solver or CPALS.for_shape(tuple(x.shape), int(rank))
     rng = np.random.default_rng(seed)
     vals = [np.array(f) for f in init] if init is not None else [rng.random((s, rank)) for s in x.shape]
@@ -89,9 +90,12 @@ def cp_als(x: np.ndarray, rank: int, n_iter: int = 50, seed: int = 0, init=None,
     x_norm = frobenius(x)
     for _ in range(n_iter):
         vals = solver.sweep(x, vals)
-        fits.append(solver.fit(x, vals, x_norm))
+        if track_fit or tol:
+            fits.append(solver.fit(x, vals, x_norm))
         if tol and len(fits) > 1 and abs(fits[-1] - fits[-2]) < tol:
             break
+    if not fits:
+        fits.append(solver.fit(x, vals, x_norm))
     return vals, fits
 
 

@@ -1,6 +1,7 @@
 """Run einsum graphs on NumPy, PyTorch, JAX or Dask: plan once, run many feeds."""
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any, Mapping, Sequence
 
@@ -17,6 +18,9 @@ from sparsad.tensor.nodes import (
     Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, Sum, TensorInverse,
     Transpose, Variable,
 )
+
+
+SMALL_GRAPH_BYTES = 8 * 2**20
 
 
 def singular_error(node: TensorInverse, detail: str) -> InputError:
@@ -230,6 +234,7 @@ class Executor:
                 self._plans[node.uid] = (subs, expr)
         self._needed: dict[tuple, Any] = {}
         self._planned = {n.uid for n in self.order}
+        self._plain_numpy = self.backend.name == "numpy"
         self._jitted: dict[tuple, Any] = {}
         # Einsums read only through SampleAt are never evaluated densely (sampled einsums).
         from sparsad.tensor.contract_path import sampled_einsums
@@ -252,6 +257,10 @@ class Executor:
         return self.backend.asarray(np.asarray(node.value, dtype=self.dtype), self.dtype)
 
     def _feed(self, var: Variable, value):
+        if (type(value) is np.ndarray and self._plain_numpy and value.dtype == self.dtype
+                and value.shape == var.shape and not var.sparse and not var.symmetry
+                and not var.orthonormal and not self.check_finite):
+            return value          # the common case, already what the NumPy backend computes with
         check_feed_dtype(var, value)
         shape = tuple(getattr(value, "shape", np.shape(value)))
         if shape != var.shape:
@@ -303,15 +312,21 @@ class Executor:
             to_numpy: bool = False) -> list:
         """Values of `out` (default: all planned nodes) for the given feeds (keyed by Variable or name)."""
         outs = self.nodes if out is None else list(out)
-        planned = self._planned
-        for o in outs:
-            if o.uid not in planned:
-                raise InputError(f"Executor.run: output {o.label} was not among the planned nodes")
+        if out is not None:
+            planned = self._planned
+            for o in outs:
+                if o.uid not in planned:
+                    raise InputError(f"Executor.run: output {o.label} was not among the planned nodes")
         by_name = self._by_name
         values: dict[int, Any] = {}
         raw: dict[int, Any] = {}
+        variables = self.variables
         for key, value in feed_dict.items():
-            if isinstance(key, str):
+            if isinstance(key, Variable):
+                if key.uid not in variables:
+                    continue  # a shared feed dict may hold variables other graphs need
+                var = key
+            elif isinstance(key, str):
                 var = by_name.get(key)
                 if key in self._ambiguous_names:
                     raise InputError(f"Executor.run: feed {key!r} is ambiguous: {self._ambiguous_names[key]} "
@@ -320,10 +335,6 @@ class Executor:
                 if var is None:
                     raise InputError(f"Executor.run: feed {key!r} names no Variable of this graph "
                                      f"(variables: {sorted(by_name)})")
-            elif isinstance(key, Variable):
-                if key.uid not in self.variables:
-                    continue  # a shared feed dict may hold variables other graphs need
-                var = key
             else:
                 raise InputError(f"Executor.run: feed keys must be Variables or names, got {type(key).__name__}")
             values[var.uid] = self._feed(var, value)
@@ -378,8 +389,12 @@ class Executor:
         key = ("steps",) + tuple(o.uid for o in outs)
         if key not in self._needed:
             steps = []
+            # freeing values early bounds peak memory; when everything fits in a few MiB it only
+            # costs time
+            total = sum(math.prod(n.shape) for n in schedule) * self.dtype.itemsize
+            small = total < SMALL_GRAPH_BYTES
             for step, node in enumerate(schedule):
-                frees = tuple(free.get(step, ()))
+                frees = () if small else tuple(free.get(step, ()))
                 if isinstance(node, Variable):
                     steps.append((node.uid, None, (), (), frees))
                     continue
