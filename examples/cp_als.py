@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import string
 import time
+from functools import lru_cache
 
 import numpy as np
 
@@ -35,6 +36,12 @@ def cp_graph(shape, rank):
     return X, factors, loss_opt, updates, optimized
 
 
+def frobenius(x: np.ndarray) -> float:
+    """||x|| by an elementwise sum: a BLAS dot wakes BLAS threads, costly on a busy machine."""
+    flat = x.reshape(-1)
+    return float(np.sqrt(np.einsum("i,i->", flat, flat)))
+
+
 def fit_of(x: np.ndarray, factors: list[np.ndarray]) -> float:
     letters = string.ascii_lowercase[:x.ndim]
     approx = np.einsum(",".join(f"{c}z" for c in letters) + "->" + letters, *factors)
@@ -42,7 +49,16 @@ def fit_of(x: np.ndarray, factors: list[np.ndarray]) -> float:
 
 
 class CPALS:
-    """The optimized ALS updates for one shape and rank, planned once and run for many sweeps."""
+    """The optimized ALS updates for one shape and rank, planned once and run for many sweeps.
+
+    CPALS.for_shape(shape, rank) caches one solver per (shape, rank): building and optimizing the
+    graph is paid once per shape, not per call.
+    """
+
+    @classmethod
+    @lru_cache(maxsize=32)
+    def for_shape(cls, shape: tuple, rank: int) -> "CPALS":
+        return cls(shape, rank)
 
     def __init__(self, shape, rank):
         self.X, self.factors, self.loss, _, self.updates = cp_graph(tuple(shape), rank)
@@ -59,23 +75,27 @@ class CPALS:
     def fit(self, x: np.ndarray, vals: list[np.ndarray], x_norm: float | None = None) -> float:
         """1 - ||X - [[A]]|| / ||X|| from the optimized loss graph (Gram matrices, no s^N model)."""
         (loss,) = self.executor.run({self.X: x, **dict(zip(self.factors, vals))}, out=[self.loss])
-        x_norm = np.linalg.norm(x) if x_norm is None else x_norm
+        x_norm = frobenius(x) if x_norm is None else x_norm
         return 1.0 - np.sqrt(max(2.0 * float(loss), 0.0)) / x_norm
 
 
 def cp_als(x: np.ndarray, rank: int, n_iter: int = 50, seed: int = 0, init=None, tol: float = 0.0,
-           solver: CPALS | None = None):
-    """ALS with the AD-derived, optimized updates. Returns (factors, fits per sweep)."""
-    solver = solver or CPALS(x.shape, rank)
+           solver: CPALS | None = None, track_fit: bool = True):
+    """ALS with the AD-derived, optimized updates. Returns (factors, fits per sweep); with
+    track_fit=False (and tol=0) only the final fit is computed, as tensorly does without tol."""
+    solver = solver or CPALS.for_shape(tuple(x.shape), int(rank))
     rng = np.random.default_rng(seed)
     vals = [np.array(f) for f in init] if init is not None else [rng.random((s, rank)) for s in x.shape]
     fits = []
-    x_norm = np.linalg.norm(x)
+    x_norm = frobenius(x)
     for _ in range(n_iter):
         vals = solver.sweep(x, vals)
-        fits.append(solver.fit(x, vals, x_norm))
+        if track_fit or tol:
+            fits.append(solver.fit(x, vals, x_norm))
         if tol and len(fits) > 1 and abs(fits[-1] - fits[-2]) < tol:
             break
+    if not fits:
+        fits.append(solver.fit(x, vals, x_norm))
     return vals, fits
 
 

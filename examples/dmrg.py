@@ -46,8 +46,12 @@ def full_hamiltonian(mpo: list[np.ndarray]) -> np.ndarray:
 
 @lru_cache(maxsize=None)
 def _local_graphs(shape_l, shape_w1, shape_w2, shape_r):
-    L, R = T.Variable("L", shape_l), T.Variable("R", shape_r)
-    W1, W2 = T.Variable("W1", shape_w1), T.Variable("W2", shape_w2)
+    # Declared symmetries (checked on feeding): the MPO sites are symmetric in (s_out, s_in), hence
+    # so are the environments in (bra bond, ket bond). They let the optimizer see that the two
+    # halves of the energy's Hessian are equal, so the local Hessian is one einsum, not a sum.
+    L, R = T.Variable("L", shape_l, symmetry=[[0, 2]]), T.Variable("R", shape_r, symmetry=[[0, 2]])
+    W1 = T.Variable("W1", shape_w1, symmetry=[[2, 3]])
+    W2 = T.Variable("W2", shape_w2, symmetry=[[2, 3]])
     theta_shape = (shape_l[0], shape_w1[2], shape_w2[2], shape_r[0])
     theta, v = T.Variable("theta", theta_shape), T.Variable("v", theta_shape)
     bra, ket = T.Variable("bra", theta_shape), T.Variable("ket", theta_shape)
@@ -113,12 +117,31 @@ def _local_ground_state(left, w1, w2, right, guess, tol):
     return vals[0], vecs[:, 0].reshape(guess.shape)
 
 
-def dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int = 4, seed: int = 0, tol: float = 1e-10):
-    """Ground-state energy by two-site DMRG; returns (energy, energies per sweep)."""
-    n, d = len(mpo), mpo[0].shape[2]
+def initial_state(n: int, d: int, max_bond: int, seed: int = 0) -> list[np.ndarray]:
+    """A random MPS (left, phys, right) with the largest bonds max_bond allows."""
     rng = np.random.default_rng(seed)
     dims = [1] + [min(d ** i, d ** (n - i), max_bond) for i in range(1, n)] + [1]
-    mps = [rng.standard_normal((dims[i], d, dims[i + 1])) for i in range(n)]
+    return [rng.standard_normal((dims[i], d, dims[i + 1])) for i in range(n)]
+
+
+def dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int = 4, seed: int = 0, tol: float = 1e-10,
+         init: list[np.ndarray] | None = None):
+    """Ground-state energy by two-site DMRG; returns (energy, energies per sweep).
+
+    init: the starting MPS (site tensors (left, phys, right), outer bonds 1), e.g. the state of a
+    previous run or another code's; by default a random one drawn from `seed`.
+    """
+    n, d = len(mpo), mpo[0].shape[2]
+    if init is None:
+        mps = initial_state(n, d, max_bond, seed)
+    else:
+        mps = [np.array(a, dtype=np.float64) for a in init]
+        if len(mps) != n or any(a.ndim != 3 or a.shape[1] != d for a in mps) or mps[0].shape[0] != 1 \
+                or mps[-1].shape[2] != 1 or any(a.shape[2] != b.shape[0] for a, b in zip(mps, mps[1:])):
+            from sparsad.errors import ShapeError
+
+            raise ShapeError(f"dmrg: init must be {n} site tensors (left, {d}, right) with matching bonds "
+                             f"and outer bonds 1; got shapes {[a.shape for a in mps]}")
     for i in range(n - 1, 0, -1):                 # right-canonical form
         q, r = np.linalg.qr(mps[i].reshape(mps[i].shape[0], -1).T)
         mps[i] = q.T.reshape(-1, d, mps[i].shape[2])

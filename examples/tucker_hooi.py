@@ -14,6 +14,7 @@ from __future__ import annotations
 import string
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,9 @@ from sparsad._data import real_tensors
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+@lru_cache(maxsize=32)
 def tucker_graph(shape, ranks):
+    """(X, factors, optimized TTMc nodes, objective), built and optimized once per shape and ranks."""
     letters = string.ascii_lowercase[:len(shape)]
     core_letters = string.ascii_uppercase[:len(shape)]
     X = T.Variable("X", shape)
@@ -44,23 +47,39 @@ def tucker_graph(shape, ranks):
     return X, factors, optimized[:-1], optimized[-1]
 
 
+@lru_cache(maxsize=32)
+def _executor(shape, ranks):
+    X, factors, ttmcs, objective = tucker_graph(shape, ranks)
+    return X, factors, ttmcs, objective, T.Executor(ttmcs + [objective], reuse=True)
+
+
+def leading_left_singular_vectors(m: np.ndarray, r: int) -> np.ndarray:
+    """The r leading left singular vectors of a matrix. A wide matrix (rows <= columns, as the
+    unfoldings here are) goes through the eigenvectors of its small Gram matrix m m^T; a tall one
+    through a thin SVD."""
+    rows, cols = m.shape
+    if rows <= cols:
+        _, vecs = np.linalg.eigh(m @ m.T)
+        return vecs[:, ::-1][:, :r]
+    return np.linalg.svd(m, full_matrices=False)[0][:, :r]
+
+
 def hooi(x: np.ndarray, ranks, n_iter: int = 20, init=None):
-    X, factors, ttmcs, objective = tucker_graph(x.shape, ranks)
-    executor = T.Executor(ttmcs + [objective], reuse=True)
+    X, factors, ttmcs, objective, executor = _executor(tuple(x.shape), tuple(int(r) for r in ranks))
     if init is None:   # HOSVD initialisation, as tensorly's default
         init = []
         for n, r in enumerate(ranks):
             unfold = np.moveaxis(x, n, 0).reshape(x.shape[n], -1)
-            init.append(np.linalg.svd(unfold, full_matrices=False)[0][:, :r])
+            init.append(leading_left_singular_vectors(unfold, r))
     vals = [np.array(a) for a in init]
     history = []
+    x_sq = float(np.einsum("i,i->", x.reshape(-1), x.reshape(-1)))
     for _ in range(n_iter):
         for n, node in enumerate(ttmcs):
             (y,) = executor.run({X: x, **dict(zip(factors, vals))}, out=[node])
-            u = np.linalg.svd(y.reshape(y.shape[0], -1), full_matrices=False)[0]
-            vals[n] = u[:, :ranks[n]]
+            vals[n] = leading_left_singular_vectors(y.reshape(y.shape[0], -1), ranks[n])
         (f,) = executor.run({X: x, **dict(zip(factors, vals))}, out=[objective])
-        history.append(np.sqrt(max(0.0, 1 - 2 * f / np.sum(x * x))))   # relative error
+        history.append(np.sqrt(max(0.0, 1 - 2 * f / x_sq)))   # relative error
     return vals, history
 
 

@@ -281,10 +281,13 @@ def test_cse_tells_symmetric_diagrams_apart_in_any_spelling(order, letters):
 @st.composite
 def expressions(draw):
     """Random small programs over two 3x3 matrices and a vector, with every node kind."""
-    A, B, v = T.Variable("A", (3, 3)), T.Variable("B", (3, 3)), T.Variable("v", (3,))
+    # variable names that collide with the library's own spellings must not matter either
+    names = draw(st.sampled_from([("A", "B", "v"), ("zeros", "one", "_jvp_u"), ("I", "I", "I")]))
+    A, B, v = T.Variable(names[0], (3, 3)), T.Variable(names[1], (3, 3)), T.Variable(names[2], (3,))
     pool = [A, B]
     for _ in range(draw(st.integers(1, 5))):
-        kind = draw(st.sampled_from(["matmul", "add", "sub", "scale", "tanh", "T", "inv", "hadamard", "sum"]))
+        kind = draw(st.sampled_from(["matmul", "add", "sub", "scale", "tanh", "T", "inv", "hadamard", "sum",
+                                     "const"]))
         x, y = draw(st.sampled_from(pool)), draw(st.sampled_from(pool))
         if kind == "matmul":
             pool.append(T.einsum("ij,jk->ik", x, y))
@@ -302,6 +305,15 @@ def expressions(draw):
             pool.append(x * y)
         elif kind == "sum":
             pool.append(T.einsum("i,j->ij", x.sum(0), v))
+        elif kind == "const":
+            # constants whose names claim what they are not: only values may matter
+            value = draw(st.sampled_from(["zeros", "ones", "eye", "random", "scalar"]))
+            name = draw(st.sampled_from([None, "zeros", "one", "I", "eye", "X"]))
+            rng = np.random.default_rng(draw(st.integers(0, 99)))
+            array = {"zeros": np.zeros((3, 3)), "ones": np.ones((3, 3)), "eye": np.eye(3),
+                     "random": rng.standard_normal((3, 3)), "scalar": np.array(rng.standard_normal())}[value]
+            c = T.Constant(array, name=name)
+            pool.append(T.einsum(",ij->ij", c, x) if c.ndim == 0 else T.einsum("ij,jk->ik", c, x) + c)
         else:   # a well-conditioned inverse: (x x^T + 3 I)^{-1}
             spd = T.einsum("ij,kj->ik", x, x) + T.Constant(3.0 * np.eye(3))
             pool.append(T.tensorinv(spd, 1))
@@ -322,3 +334,141 @@ def test_generated_programs_optimize_to_same_values(problem):
     assert_same(nodes, unguarded, feed, rtol=1e-9)
     guarded = T.optimize(nodes)
     assert graph_cost(guarded) == min(graph_cost(unguarded), graph_cost(T.optimize(nodes, passes=("path", "cse"))))
+
+
+def test_a_constant_named_zeros_keeps_its_value():
+    x = T.Variable("x", (3,))
+    c = T.Constant(np.full(3, 3.0), name="zeros")
+    e = T.einsum("i,i->i", x, c) + c
+    feed = {x: np.ones(3)}
+    for passes in [("fuse", "symbolic"), ("fuse", "symbolic", "path", "cse")]:
+        np.testing.assert_array_equal(values([T.optimize(e, passes=passes, guard=False)], feed)[0], [6.0] * 3)
+    # and a real zero is still pruned, whatever its name
+    z = T.einsum("i,i->i", x, T.Constant(np.zeros(3), name="weights"))
+    assert isinstance(T.optimize(z, guard=False), T.Constant)
+
+
+@st.composite
+def long_chains(draw):
+    """Chains of 76-110 small matrices, built pairwise: fusing one needs more than 100 subscripts
+    for the longer ones (opt_einsum's symbols leave ASCII after 52 and letters after 74)."""
+    n = draw(st.integers(76, 110))
+    dims = draw(st.lists(st.integers(1, 3), min_size=n + 1, max_size=n + 1))
+    return dims, draw(st.integers(0, 1000)), draw(st.sampled_from(["chain", "grad"]))
+
+
+@settings(max_examples=4, deadline=None)
+@given(long_chains())
+def test_graphs_over_a_hundred_subscripts_optimize_to_same_values(problem):
+    dims, seed, what = problem
+    mats = [T.Variable(f"M{k}", (dims[k], dims[k + 1])) for k in range(len(dims) - 1)]
+    y = mats[0]
+    for m in mats[1:]:
+        y = T.einsum("ij,jk->ik", y, m)
+    rng = np.random.default_rng(seed)
+    feed = {m: rng.uniform(0.5, 1.0, m.shape) / np.sqrt(m.shape[0]) for m in mats}
+    if what == "chain":
+        nodes = [y]
+        ref = [np.linalg.multi_dot([feed[m] for m in mats]) if len(mats) > 1 else feed[mats[0]]]
+    else:
+        loss = T.einsum("ij,ij->", y, y)
+        nodes = T.grad(loss, [mats[0], mats[-1]])
+        ref = values(nodes, feed)
+    (fused,) = T.optimize([T.einsum("ij->ij", y)], passes=("fuse",))
+    assert len({c for s in fused.in_subs for c in s}) == len(dims)
+    for got, want in zip(values(T.optimize(nodes, guard=False), feed), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-300)
+
+
+def transposes_left(graph):
+    """Pure transposes of the graph that folding could have removed (should be none)."""
+    from sparsad.tensor.transposes import transpose_parts
+
+    users: dict[int, list] = {}
+    for n in topological(graph):
+        for c in n.inputs:
+            users.setdefault(c.uid, []).append(n)
+    outputs = {n.uid for n in graph}
+    bad = []
+    for n in topological(graph):
+        parts = transpose_parts(n)
+        if parts is None:
+            continue
+        source, perm = parts
+        if (perm == tuple(range(len(perm))) or isinstance(source, (T.Identity, T.Transpose))
+                or transpose_parts(source) is not None
+                or any(isinstance(u, T.Einsum) and transpose_parts(u) is None for u in users.get(n.uid, []))):
+            bad.append(n)                       # identity, symmetric source, chain, or foldable
+        elif isinstance(source, T.Einsum) and source.uid not in outputs and all(
+                isinstance(u, T.Einsum) for u in users[source.uid]):
+            bad.append(n)                       # the producer could have been re-oriented
+    return bad
+
+
+@settings(max_examples=30, deadline=None)
+@given(expressions())
+def test_optimized_graphs_keep_no_foldable_transpose(problem):
+    (A, B, v), loss, seed = problem
+    V = [T.Variable("VA", (3, 3)), T.Variable("VB", (3, 3))]
+    nodes = [loss] + T.grad(loss, [A, B, v]) + T.hvp(loss, [A, B], V) + [T.hessian(loss, [v])[0][0]]
+    rng = np.random.default_rng(seed)
+    feed = {x: 0.5 * rng.standard_normal(x.shape) for x in (A, B, v, *V)}
+    for opt in (T.optimize(nodes, guard=False), T.optimize(nodes, passes=("path", "cse"))):
+        assert transposes_left(opt) == []
+        assert_same(nodes, opt, feed, rtol=1e-9)
+
+
+@pytest.mark.parametrize("order", [3, 4])
+def test_dimension_tree_sweeps_have_no_transpose(order):
+    s, R = 4, 2
+    letters = "ijkl"[:order]
+    X = T.Variable("X", (s,) * order)
+    sites = [T.Variable(f"A{n}", (s, R)) for n in range(order)]
+    model = T.einsum(",".join(c + "r" for c in letters) + "->" + letters, *sites)
+    res = X - model
+    loss = 0.5 * T.einsum(f"{letters},{letters}->", res, res)
+    ups = [a - T.tensordot(T.tensorinv(T.hessian(loss, [a])[0][0]), T.grad(loss, a)) for a in sites]
+    mttkrp = [T.einsum(letters + "," + ",".join(c + "r" for k, c in enumerate(letters) if k != n)
+                       + "->" + letters[n] + "r", X, *[a for k, a in enumerate(sites) if k != n])
+              for n in range(order)]
+    feed = rand_feed([X, *sites], seed=order)
+    for graph in (ups, mttkrp):
+        opt = T.optimize(graph, dimension_tree=sites)
+        assert transposes_left(opt) == []
+        assert not any(isinstance(n, T.Transpose) for n in topological(opt))
+        assert_same(graph, opt, feed, rtol=1e-8)
+
+
+def test_identity_inverses_and_transposes_are_pruned():
+    A = T.Variable("A", (3, 3))
+    I3 = T.Identity(3)
+    cases = [T.einsum("ij,jk->ik", T.tensorinv(I3, 1), A), T.einsum("ij,jk->ik", T.transpose(I3), A),
+             T.einsum("ij,jk->ik", T.tensorinv(T.transpose(I3), 1), A),
+             T.einsum("ij,jk->ik", T.tensorinv(2.0 * I3, 1), A)]
+    feed = rand_feed([A])
+    for e in cases:
+        opt = T.optimize(e, guard=False)
+        assert count_nodes([opt], T.TensorInverse) == 0 and count_nodes([opt], T.Identity) == 0
+        assert_same([e], [opt], feed)
+    assert T.optimize(T.tensorinv(I3, 1)) is I3 or isinstance(T.optimize(T.tensorinv(I3, 1)), T.Identity)
+    K = T.einsum("ij,kl->ikjl", I3, T.Identity(2))
+    assert count_nodes([T.optimize(T.tensorinv(K, 2))], T.TensorInverse) == 0
+
+
+def test_cse_sees_through_transposes_and_identity_symmetry():
+    A, B, v = T.Variable("A", (3, 4)), T.Variable("B", (4, 3)), T.Variable("v", (3,))
+    canon = Canonicalizer()
+    e = T.einsum("ij,jk->ik", A, B)
+    e_t = T.einsum("ij,jk->ki", A, B)
+    assert canon.id(T.transpose(e)) == canon.id(e_t) != canon.id(e)
+    assert canon.id(T.transpose(T.transpose(e))) == canon.id(e)
+    # a consumer reading a transpose is the consumer reading the source the other way round
+    assert canon.id(T.einsum("ki,k->i", e_t, v)) == canon.id(T.einsum("ik,k->i", e, v))
+    assert canon.id(T.einsum("ij,j->i", T.transpose(e), v)) == canon.id(T.einsum("ji,j->i", e, v))
+    I3, I4 = T.Identity(3), T.Identity(4)
+    assert canon.id(T.einsum("ab,cd->abcd", I3, I4)) == canon.id(T.einsum("ba,dc->abcd", I3, I4))
+    assert canon.id(T.einsum("ab,cd->abcd", I3, I3)) != canon.id(T.einsum("ac,bd->abcd", I3, I3))
+    assert canon.id(T.transpose(I3)) == canon.id(I3)
+    out = cse([T.einsum("ij,jk->ik", A, B) + T.transpose(T.einsum("ab,bc->ca", A, B))])
+    assert count_nodes(out, T.Einsum) == 1
+    assert_same([e + e], out, rand_feed([A, B]))

@@ -17,8 +17,8 @@ import numpy as np
 from sparsad.errors import InputError, ShapeError, UnsupportedError
 from sparsad.tensor.graph import depends_on, einsum_view, fresh_letters, topological
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, TensorInverse, Variable,
-    zeros,
+    Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, TensorInverse,
+    Variable, zeros,
 )
 
 
@@ -91,7 +91,7 @@ def _rule(node: Node, k: int, adj: Node, lead_n: int, explicit: bool) -> Node:
         return Scale(-1, out) if (isinstance(node, Sub) and k == 1) else out
     if isinstance(node, Scale):
         return Scale(node.coef, _tie(adj, lead_n) if explicit else adj)
-    if isinstance(node, Elementwise):
+    if isinstance(node, (Elementwise, Power)):
         deriv = node.derivative()
         letters = fresh_letters(adj.ndim)
         lead, o = "".join(letters[:lead_n]), "".join(letters[lead_n:])
@@ -235,6 +235,19 @@ def _identity_seed(shape: tuple) -> Node:
 def jacobian(y: Node, x: Node) -> Node:
     """Explicit Jacobian of shape y.shape + x.shape, built with Identity nodes (§4.2)."""
     return _backprop(y, [x], _identity_seed(y.shape), y.shape, explicit=True)[0]
+
+
+def chainjacobian(dz_dy: Node, dy_dx: Node, y_ndim: int) -> Node:
+    """The chain rule on explicit Jacobians: dz/dx = dz/dy · dy/dx, contracting the last `y_ndim`
+    axes of dz_dy (shape z + y) with the first `y_ndim` of dy_dx (shape y + x)."""
+    from sparsad.tensor.nodes import tensordot
+
+    if not isinstance(y_ndim, int) or not 0 <= y_ndim <= min(dz_dy.ndim, dy_dx.ndim):
+        raise InputError(f"chainjacobian: y_ndim={y_ndim!r} must count axes shared by both Jacobians")
+    if dz_dy.shape[dz_dy.ndim - y_ndim:] != dy_dx.shape[:y_ndim]:
+        raise ShapeError(f"chainjacobian: dz/dy ends in {dz_dy.shape[dz_dy.ndim - y_ndim:]} but dy/dx "
+                         f"starts with {dy_dx.shape[:y_ndim]}")
+    return tensordot(dz_dy, dy_dx, y_ndim)
 
 
 def hessian(y: Node, xs: Node | Sequence[Node]) -> list[list[Node]]:

@@ -7,9 +7,25 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sparsad.errors import DensifyWarning, InputError, UnsupportedError, dense_size_message
+from sparsad.errors import DensifyWarning, DTypeError, InputError, UnsupportedError, dense_size_message
 
 BACKENDS = ("numpy", "torch", "jax", "dask")
+
+
+# Executors compute in one real floating dtype; half precision inverts in single precision.
+DTYPES = ("float16", "float32", "float64")
+
+
+def check_dtype(dtype) -> np.dtype:
+    """The executor dtype as a NumPy dtype, or our error naming the supported ones."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.name not in DTYPES:
+        raise DTypeError(f"Executor: dtype={dtype!r} is not supported; use one of {DTYPES} "
+                         "(complex and integer tensors are not supported)")
+    return dt
 
 
 @dataclass(frozen=True)
@@ -22,8 +38,14 @@ class Backend:
     funcs: dict                     # elementwise name -> callable
     sum: Callable[[Any, tuple], Any]
     transpose: Callable[[Any, tuple], Any]
-    tensorinv: Callable[[Any, int], Any]
+    tensorinv: Callable[[Any, int], Any]    # raises SingularInverse (or returns non-finite values)
     to_numpy: Callable[[Any], np.ndarray]
+    all_finite: Callable[[Any], Any]        # a boolean (a traced one under jax.jit)
+    power: Callable[[Any, float], Any] = lambda a, p: a ** p
+
+
+class SingularInverse(Exception):
+    """Raised by a backend's tensorinv; the executor turns it into an InputError naming the node."""
 
 
 def _elementwise(mod) -> dict:
@@ -35,23 +57,42 @@ def _elementwise(mod) -> dict:
 
 
 def _numpy() -> Backend:
+    def tensorinv(a, ind):
+        wide = a.astype(np.float32) if a.dtype == np.float16 else a
+        try:
+            inv = np.linalg.tensorinv(wide, ind)
+        except np.linalg.LinAlgError as exc:
+            raise SingularInverse(str(exc)) from None
+        return inv.astype(a.dtype, copy=False)
+
     return Backend("numpy", lambda a, dt: np.asarray(a, dtype=dt), lambda n, dt: np.eye(n, dtype=dt),
                    _elementwise(np), lambda a, ax: a.sum(axis=ax), lambda a, p: a.transpose(p),
-                   lambda a, ind: np.linalg.tensorinv(a, ind), np.asarray)
+                   tensorinv, np.asarray, lambda a: bool(np.isfinite(a).all()))
 
 
 def _torch() -> Backend:
     import torch
 
-    dtypes = {np.dtype("float64"): torch.float64, np.dtype("float32"): torch.float32}
+    dtypes = {np.dtype("float64"): torch.float64, np.dtype("float32"): torch.float32,
+              np.dtype("float16"): torch.float16}
 
     def asarray(a, dt):
+        if isinstance(a, torch.Tensor):
+            return a.detach().to(dtypes[np.dtype(dt)])
         return torch.as_tensor(np.array(a, dtype=dt), dtype=dtypes[np.dtype(dt)])
+
+    def tensorinv(a, ind):
+        wide = a.float() if a.dtype == torch.float16 else a
+        try:
+            inv = torch.linalg.tensorinv(wide, ind=ind)
+        except torch.linalg.LinAlgError as exc:
+            raise SingularInverse(str(exc)) from None
+        return inv.to(a.dtype)
 
     return Backend("torch", asarray, lambda n, dt: torch.eye(n, dtype=dtypes[np.dtype(dt)]),
                    _elementwise(torch), lambda a, ax: a.sum(dim=ax) if ax else a,
-                   lambda a, p: a.permute(p), lambda a, ind: torch.linalg.tensorinv(a, ind=ind),
-                   lambda a: a.detach().cpu().numpy())
+                   lambda a, p: a.permute(p), tensorinv,
+                   lambda a: a.detach().cpu().numpy(), lambda a: bool(torch.isfinite(a).all()))
 
 
 def _jax() -> Backend:
@@ -60,9 +101,24 @@ def _jax() -> Backend:
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
+    def tensorinv(a, ind):
+        # JAX returns inf/nan for a singular matrix (no exception): the executor checks finiteness
+        wide = a.astype(jnp.float32) if a.dtype == jnp.float16 else a
+        return jnp.linalg.tensorinv(wide, ind).astype(a.dtype)
+
     return Backend("jax", lambda a, dt: jnp.asarray(a, dtype=dt), lambda n, dt: jnp.eye(n, dtype=dt),
                    _elementwise(jnp), lambda a, ax: a.sum(axis=ax), lambda a, p: jnp.transpose(a, p),
-                   lambda a, ind: jnp.linalg.tensorinv(a, ind), np.asarray)
+                   tensorinv, np.asarray, lambda a: jnp.isfinite(a).all())
+
+
+def _checked_inv_block(block: np.ndarray) -> np.ndarray:
+    try:
+        inv = np.linalg.inv(block.astype(np.float32) if block.dtype == np.float16 else block)
+    except np.linalg.LinAlgError as exc:
+        raise SingularInverse(str(exc)) from None
+    if not np.isfinite(inv).all():
+        raise SingularInverse("the inverse has non-finite entries")
+    return inv.astype(block.dtype, copy=False)
 
 
 def _dask() -> Backend:
@@ -70,7 +126,8 @@ def _dask() -> Backend:
 
     def tensorinv(a, ind):
         rows = int(np.prod(a.shape[:ind]))
-        inv = da.linalg.inv(a.reshape(rows, -1).rechunk((rows, rows)))
+        square = a.reshape(rows, -1).rechunk((rows, rows))
+        inv = square.map_blocks(_checked_inv_block, dtype=a.dtype)     # checked when computed
         return inv.reshape(a.shape[ind:] + a.shape[:ind])
 
     def asarray(a, dt):
@@ -80,7 +137,8 @@ def _dask() -> Backend:
 
     return Backend("dask", asarray, lambda n, dt: da.eye(n, dtype=dt), _elementwise(da),
                    lambda a, ax: a.sum(axis=ax), lambda a, p: a.transpose(p), tensorinv,
-                   lambda a: np.asarray(a.compute() if hasattr(a, "compute") else a))
+                   lambda a: np.asarray(a.compute() if hasattr(a, "compute") else a),
+                   lambda a: True)
 
 
 _FACTORIES = {"numpy": _numpy, "torch": _torch, "jax": _jax, "dask": _dask}

@@ -1,5 +1,10 @@
 """Common subexpression elimination up to renaming, operand order and transposition (§5.5).
 
+Transposes are seen through (an einsum reading a transposed operand is keyed as reading the
+source with permuted subscripts; a transpose of an einsum is that einsum with its output
+reordered), and an operand's declared symmetry (Identity, symmetric Variables) lets its axes be
+read in any order within a group, so I[a,b] and I[b,a] key alike.
+
 An einsum is read as a tensor diagram: operands (by their own canonical ids) and the way their
 axes are wired. Operands are put in a canonical order (ties between equal operands resolved by
 trying their permutations and keeping the smallest wiring), letters are renamed by first
@@ -13,10 +18,11 @@ from typing import Sequence
 
 import numpy as np
 
-from sparsad.tensor.graph import rewrite, topological
+from sparsad.tensor.graph import fresh_letters, rewrite, topological
+from sparsad.tensor.transposes import read_through, resolve, transpose_parts
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, SampleAt, Scale, Sub, Sum, TensorInverse,
-    Transpose, Variable,
+    Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, Sum, TensorInverse,
+    Transpose, Variable, Zeros,
 )
 
 _MAX_ORDERS = 120
@@ -28,7 +34,9 @@ class Canonicalizer:
     def __init__(self):
         self._table: dict[tuple, int] = {}
         self._ids: dict[int, int] = {}
+        self._keys: dict[int, tuple] = {}
         self._einsum_forms: dict[int, tuple] = {}
+        self._items: dict[int, tuple] = {}     # einsum uid -> (subs, ids, syms, out) read through transposes
 
     def _intern(self, key: tuple) -> int:
         return self._table.setdefault(key, len(self._table))
@@ -38,28 +46,79 @@ class Canonicalizer:
             return self._ids[node.uid]
         for n in topological([node]):
             if n.uid not in self._ids:
-                self._ids[n.uid] = self._intern(self._key(n))
+                key = self._key(n)
+                self._keys[n.uid] = key
+                self._ids[n.uid] = self._intern(key)
         return self._ids[node.uid]
 
-    def einsum_form(self, node: Einsum) -> tuple[tuple, str]:
-        """(diagram key without output order, output letters in canonical names)."""
+    def einsum_form(self, node: Einsum) -> tuple[tuple, str] | None:
+        """(diagram key without output order, output letters in canonical names); None for an
+        einsum that only restates its operand."""
         self.id(node)
-        return self._einsum_forms[node.uid]
+        return self._einsum_forms.get(node.uid)
+
+    def _einsum_items(self, n: Node) -> tuple | None:
+        """An einsum or transpose as (subscripts, operand ids, operand symmetries, output), its
+        operands read through transposes; None when n is its source unpermuted."""
+        if transpose_parts(n) is not None:
+            source, perm = resolve(n)
+            if perm == tuple(range(len(perm))):
+                return None
+            if source.uid in self._items:            # the source einsum with its output reordered
+                subs, ids, syms, out = self._items[source.uid]
+                items = (subs, ids, syms, "".join(out[p] for p in perm))
+                self._items[n.uid] = items
+                return items
+            letters = "".join(fresh_letters(source.ndim))
+            items = ((letters,), (self._ids[source.uid],), (source.symmetry,),
+                     "".join(letters[p] for p in perm))
+            self._items[n.uid] = items
+            return items
+        subs, ids, syms = [], [], []
+        for sub, op in zip(n.in_subs, n.inputs):
+            source, perm = resolve(op)
+            sub = read_through(sub, perm)
+            form = self._einsum_forms.get(source.uid)
+            if form is not None:
+                # an einsum operand is its diagram read in canonical axis order: operands that
+                # are transposes of one another then look alike
+                diagram, out_canon = form
+                order = sorted(range(len(sub)), key=lambda i: out_canon[i])
+                subs.append("".join(sub[i] for i in order))
+                ids.append(self._intern(("diagram", diagram)))
+                syms.append(())
+                continue
+            subs.append(sub)
+            ids.append(self._ids[source.uid])
+            syms.append(source.symmetry)
+        items = (tuple(subs), tuple(ids), tuple(syms), n.out_sub)
+        self._items[n.uid] = items
+        return items
 
     def _key(self, n: Node) -> tuple:
         ids = [self._ids[c.uid] for c in n.inputs]
         if isinstance(n, Variable):
             return ("var", n.uid)
+        if isinstance(n, Sum):        # the einsum it is
+            ins, out = n.as_einsum()
+            diagram, out_canon = _einsum_canonical(ins, out, ids, [n.inputs[0].symmetry])
+            return ("einsum", diagram, out_canon)
         if isinstance(n, Identity):
             return ("eye", n.n)
+        if isinstance(n, Zeros):
+            return ("zeros", n.shape)
         if isinstance(n, Constant):
             if n.value.size <= 4096:
                 return ("const", n.value.shape, n.value.dtype.str, n.value.tobytes())
             return ("const-uid", n.uid)
-        if isinstance(n, Einsum):
-            diagram, out = _einsum_canonical(n.in_subs, n.out_sub, ids)
-            self._einsum_forms[n.uid] = (diagram, out)
-            return ("einsum", diagram, out)
+        if isinstance(n, (Einsum, Transpose)):
+            items = self._einsum_items(n)
+            if items is None:                      # the identity permutation of its source
+                return self._keys[resolve(n)[0].uid]
+            subs, ids, syms, out = items
+            diagram, out_canon = _einsum_canonical(subs, out, ids, syms)
+            self._einsum_forms[n.uid] = (diagram, out_canon)
+            return ("einsum", diagram, out_canon)
         if isinstance(n, Add):
             return ("add", tuple(sorted(ids)))
         if isinstance(n, Sub):
@@ -68,10 +127,8 @@ class Canonicalizer:
             return ("scale", float(n.coef), ids[0])
         if isinstance(n, Elementwise):
             return ("fn", n.fn, ids[0])
-        if isinstance(n, Sum):
-            return ("sum", n.axes, ids[0])
-        if isinstance(n, Transpose):
-            return ("transpose", n.perm, ids[0])
+        if isinstance(n, Power):
+            return ("pow", n.exponent, ids[0])
         if isinstance(n, TensorInverse):
             return ("inv", n.ind, ids[0])
         if isinstance(n, SampleAt):
@@ -79,16 +136,54 @@ class Canonicalizer:
         return (type(n).__name__, n.uid)
 
 
-def _relabel(subs: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Rename letters by first appearance (a, b, ...; <26>, <27>, ... beyond z, unambiguous)."""
+def _name(k: int) -> str:
+    return chr(ord("a") + k) if k < 26 else f"<{k}>"
+
+
+def _relabel(subs: Sequence[str], syms: Sequence[tuple] = (), out: str = "") -> tuple[tuple[str, ...], dict[str, str]]:
+    """Rename letters by first appearance (a, b, ...; <26>, <27>, ... beyond z, unambiguous).
+
+    Within a symmetry group of an operand the letters are first put in a canonical order (named
+    ones by name, then new ones by where they appear next, then by their place in the output):
+    reading a symmetric operand's axes in another order within a group does not change its value.
+    """
     mapping: dict[str, str] = {}
-    for ch in "".join(subs):
-        if ch not in mapping:
-            mapping[ch] = chr(ord("a") + len(mapping)) if len(mapping) < 26 else f"<{len(mapping)}>"
-    return tuple("".join(mapping[c] for c in s) for s in subs), mapping
+    order: dict[str, int] = {}
+    result = []
+    for k, sub in enumerate(subs):
+        groups = syms[k] if k < len(syms) else ()
+        if groups:
+            later = "".join(subs[k + 1:])
+            letters = list(sub)
+
+            def rank(ch):
+                if ch in order:
+                    return (0, order[ch])
+                nxt = later.find(ch)
+                return (1, nxt if nxt >= 0 else len(later) + (out.find(ch) if ch in out else len(out)))
+
+            for g in groups:
+                for axis, ch in zip(g, sorted((letters[a] for a in g), key=rank)):
+                    letters[axis] = ch
+            sub = "".join(letters)
+        for ch in sub:
+            if ch not in mapping:
+                order[ch] = len(mapping)
+                mapping[ch] = _name(len(mapping))
+        result.append("".join(mapping[c] for c in sub))
+    return tuple(result), mapping
 
 
-def _refine(in_subs: Sequence[str], out: str, colors: list) -> list[int]:
+def _axis_classes(in_subs: Sequence[str], syms: Sequence[tuple]) -> list[list[int]]:
+    """Each operand axis's position, or its symmetry group's first axis (symmetric axes alike)."""
+    classes = []
+    for k, sub in enumerate(in_subs):
+        first = {a: min(g) for g in (syms[k] if k < len(syms) else ()) for a in g}
+        classes.append([first.get(a, a) for a in range(len(sub))])
+    return classes
+
+
+def _refine(in_subs: Sequence[str], out: str, colors: list, syms: Sequence[tuple] = ()) -> list[int]:
     """Colour refinement of the operands (Weisfeiler-Lehman on the tensor diagram).
 
     An operand's new colour is its old colour plus, for each of its axes, whether the letter is
@@ -97,15 +192,16 @@ def _refine(in_subs: Sequence[str], out: str, colors: list) -> list[int]:
     in which order the operands are listed, nor on the order of the output letters.
     """
     where: dict[str, list[tuple[int, int]]] = {}
+    classes = _axis_classes(in_subs, syms)
     for k, sub in enumerate(in_subs):
         for axis, ch in enumerate(sub):
-            where.setdefault(ch, []).append((k, axis))
+            where.setdefault(ch, []).append((k, classes[k][axis]))
     outset = set(out)
     colors = _ranks(colors)
     while True:
         signatures = [
             (colors[k], tuple((ch in outset,
-                               tuple(sorted((colors[j], a) for j, a in where[ch] if (j, a) != (k, axis))))
+                               tuple(sorted((colors[j], a) for j, a in where[ch] if (j, a) != (k, classes[k][axis]))))
                               for axis, ch in enumerate(sub)))
             for k, sub in enumerate(in_subs)]
         refined = _ranks(signatures)
@@ -124,11 +220,11 @@ def _tie_groups(colors: Sequence[int]) -> list[list[int]]:
     return [list(g) for _, g in itertools.groupby(order, key=lambda k: colors[k])]
 
 
-def _orders(in_subs: Sequence[str], out: str, colors: list, budget: list[int]):
+def _orders(in_subs: Sequence[str], out: str, colors: list, budget: list[int], syms: Sequence[tuple] = ()):
     """Operand orders to try: refine, then single out each operand of the first tied cell in
     turn and recurse (individualisation-refinement, as graph canonisers do). The first branch is
     always followed to a leaf; the others only while `budget` (leaves) lasts."""
-    colors = _refine(in_subs, out, colors)
+    colors = _refine(in_subs, out, colors, syms)
     groups = _tie_groups(colors)
     cell = next((g for g in groups if len(g) > 1), None)
     if cell is None:
@@ -136,12 +232,13 @@ def _orders(in_subs: Sequence[str], out: str, colors: list, budget: list[int]):
         yield [g[0] for g in groups]
         return
     for k in cell:
-        yield from _orders(in_subs, out, [(c, j != k) for j, c in enumerate(colors)], budget)
+        yield from _orders(in_subs, out, [(c, j != k) for j, c in enumerate(colors)], budget, syms)
         if budget[0] <= 0:
             return
 
 
-def _einsum_canonical(in_subs: Sequence[str], out: str, ids: Sequence[int]) -> tuple[tuple, str]:
+def _einsum_canonical(in_subs: Sequence[str], out: str, ids: Sequence[int],
+                      syms: Sequence[tuple] = ()) -> tuple[tuple, str]:
     """Canonical (operand ids, wiring, sorted output letters) and the canonical output string.
 
     Operands are ordered by id, refined by how they are wired; ties that refinement leaves are
@@ -150,8 +247,9 @@ def _einsum_canonical(in_subs: Sequence[str], out: str, ids: Sequence[int]) -> t
     keys always mean equal einsums, though two spellings may then get different keys.
     """
     best = None
-    for perm in _orders(in_subs, out, list(ids), [_MAX_ORDERS]):
-        subs, mapping = _relabel([in_subs[k] for k in perm])
+    syms = list(syms) + [()] * (len(in_subs) - len(syms))
+    for perm in _orders(in_subs, out, list(ids), [_MAX_ORDERS], syms):
+        subs, mapping = _relabel([in_subs[k] for k in perm], [syms[k] for k in perm], out)
         # The output's letters as a set belong to the diagram; their order is the transpose.
         outset = tuple(sorted(mapping[c] for c in out))
         key = (subs, outset, "".join(mapping[c] for c in out))
@@ -171,8 +269,9 @@ def cse(nodes: Sequence[Node], transposes: bool = True) -> list[Node]:
         key = canon.id(node)
         if key in seen:
             return seen[key]
-        if transposes and isinstance(node, Einsum):
-            diagram, out = canon.einsum_form(node)
+        form = canon.einsum_form(node) if isinstance(node, Einsum) else None
+        if transposes and form is not None:
+            diagram, out = form
             if diagram in diagrams:
                 other, other_out = diagrams[diagram]
                 perm = tuple(other_out.index(c) for c in out)

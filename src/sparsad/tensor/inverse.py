@@ -15,6 +15,7 @@ from typing import Sequence
 from sparsad.tensor.fuse import UnionFind
 from sparsad.tensor.graph import rewrite
 from sparsad.tensor.nodes import Einsum, Identity, Node, Scale, TensorInverse
+from sparsad.tensor.transposes import resolve, transpose_parts
 
 
 def _identity_inverse(node: Einsum, ind: int) -> Node | None:
@@ -47,6 +48,13 @@ def _groups(node: Einsum) -> list[list[int]]:
 
 def decompose_inverse(inv: TensorInverse) -> Node:
     x, ind = inv.inputs[0], inv.ind
+    if isinstance(x, Identity):
+        return x                                   # I^{-1} = I: no n^3 inverse
+    parts = transpose_parts(x)
+    if parts is not None:                          # inv(A^T) = inv(A)^T
+        source, perm = resolve(x)
+        if perm == tuple(range(len(perm))):
+            return decompose_inverse(TensorInverse(source, ind)) if source.ndim == x.ndim else inv
     if isinstance(x, Scale):
         return Scale(1.0 / float(x.coef), decompose_inverse(TensorInverse(x.inputs[0], ind)))
     if not isinstance(x, Einsum):

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from opt_einsum import get_symbol
 
-from sparsad.errors import DerivativeRuleError, FormatError, InputError, ShapeError, UnsupportedError
+from sparsad.errors import DerivativeRuleError, DTypeError, FormatError, InputError, ShapeError, UnsupportedError
 
 _ids = itertools.count()
 
@@ -41,6 +41,12 @@ class Node:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def symmetry(self) -> tuple[tuple[int, ...], ...]:
+        """Groups of axes the value is symmetric under (any permutation within a group leaves it
+        unchanged); the optimizer may use it, so it is declared, never guessed."""
+        return ()
 
     @property
     def label(self) -> str:
@@ -96,14 +102,17 @@ class Node:
         return _hadamard(self, Elementwise("reciprocal", other))
 
     def __pow__(self, power):
+        if isinstance(power, Node):
+            raise UnsupportedError("x ** y with a tensor exponent is not supported; write exp(y * log(x))")
+        if power == 1:
+            return self
         if power == 2:
             return _hadamard(self, self)
         if power == -1:
             return Elementwise("reciprocal", self)
         if power == 0.5:
             return Elementwise("sqrt", self)
-        raise UnsupportedError(f"x ** {power!r}: only powers 2, -1 and 0.5 are supported; "
-                               "write other powers with einsum and elementwise functions")
+        return Power(self, power)
 
     def __matmul__(self, other):
         if self.ndim == 2 and other.ndim == 2:
@@ -151,12 +160,40 @@ def _hadamard(a: Node, b: Node) -> Node:
 # ======================================================================================
 # Sources
 # ======================================================================================
+ORTHONORMAL = ("row", "column")
+
+
+def check_symmetry_groups(name: str, shape: tuple, symmetry) -> tuple[tuple[int, ...], ...]:
+    """symmetry=[[0, 2], [1, 3]]: disjoint groups of at least two axes of equal extent."""
+    try:
+        groups = tuple(tuple(int(a) for a in g) for g in symmetry)
+    except (TypeError, ValueError):
+        raise InputError(f"Variable {name!r}: symmetry={symmetry!r} must be a list of axis groups, "
+                         "e.g. [[0, 1]]") from None
+    seen: set[int] = set()
+    for g in groups:
+        if len(g) < 2 or any(not 0 <= a < len(shape) for a in g) or seen & set(g) or len(set(g)) != len(g):
+            raise InputError(f"Variable {name!r}: symmetry group {list(g)} must name two or more distinct "
+                             f"axes of shape {shape}, each in one group only")
+        if len({shape[a] for a in g}) != 1:
+            raise ShapeError(f"Variable {name!r}: symmetric axes {list(g)} have different extents "
+                             f"{[shape[a] for a in g]}")
+        seen |= set(g)
+    return tuple(tuple(sorted(g)) for g in groups)
+
+
 class Variable(Node):
-    """An input fed at run time. `sparse` may be "coo" or "csr" (then feeds stay sparse)."""
+    """An input fed at run time. `sparse` may be "coo" or "csr" (then feeds stay sparse).
 
-    __slots__ = ("name", "sparse")
+    symmetry=[[0, 1]] declares the value symmetric under swapping those axes (groups of any size,
+    checked on every feed). orthonormal="column" declares a matrix M with M @ M.T = I (contracting
+    its second axis with itself gives an identity), "row" one with M.T @ M = I; also checked.
+    """
 
-    def __init__(self, name: str, shape: Sequence[int], sparse: str | None = None):
+    __slots__ = ("name", "sparse", "_symmetry", "orthonormal")
+
+    def __init__(self, name: str, shape: Sequence[int], sparse: str | None = None,
+                 symmetry: Sequence[Sequence[int]] = (), orthonormal: str | None = None):
         if not isinstance(name, str) or not name:
             raise InputError("Variable: name must be a non-empty string")
         shape = tuple(shape)
@@ -166,19 +203,37 @@ class Variable(Node):
             raise FormatError(f"Variable {name!r}: sparse={sparse!r}; use one of {SPARSE_FORMATS} or None")
         if sparse == "csr" and len(shape) != 2:
             raise FormatError(f"Variable {name!r}: CSR needs a matrix, got shape {shape}; use sparse='coo'")
+        groups = check_symmetry_groups(name, shape, symmetry)
+        if orthonormal is not None:
+            if orthonormal not in ORTHONORMAL or len(shape) != 2:
+                raise InputError(f"Variable {name!r}: orthonormal={orthonormal!r} needs a matrix and one of "
+                                 f"{ORTHONORMAL}")
+            rows, cols = shape
+            if (orthonormal == "column" and rows > cols) or (orthonormal == "row" and cols > rows):
+                raise ShapeError(f"Variable {name!r}: a {rows}x{cols} matrix cannot be {orthonormal}-orthonormal")
+            if sparse:
+                raise UnsupportedError(f"Variable {name!r}: orthonormal sparse matrices are not supported")
         super().__init__((), shape)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "sparse", sparse)
+        object.__setattr__(self, "_symmetry", groups)
+        object.__setattr__(self, "orthonormal", orthonormal)
+
+    @property
+    def symmetry(self) -> tuple[tuple[int, ...], ...]:
+        return self._symmetry
 
     @property
     def label(self) -> str:
         return self.name
 
     def params(self):
-        return (self.name, self.shape, self.sparse)
+        return (self.name, self.shape, self.sparse, self._symmetry, self.orthonormal)
 
     def __repr__(self):
         extra = f", sparse={self.sparse!r}" if self.sparse else ""
+        extra += f", symmetry={[list(g) for g in self._symmetry]}" if self._symmetry else ""
+        extra += f", orthonormal={self.orthonormal!r}" if self.orthonormal else ""
         return f"Variable({self.name!r}, {self.shape}{extra})"
 
 
@@ -188,7 +243,14 @@ class Constant(Node):
     __slots__ = ("value", "name")
 
     def __init__(self, value, name: str | None = None):
-        array = np.asarray(value, dtype=np.result_type(np.asarray(value).dtype, np.float32))
+        raw = np.asarray(value)
+        if raw.dtype.kind == "c":
+            raise DTypeError(f"Constant {name or ''}: complex values are not supported (dtype {raw.dtype}); "
+                             "split the real and imaginary parts into two real tensors")
+        if raw.dtype.kind not in "biuf":
+            raise DTypeError(f"Constant {name or ''}: values of dtype {raw.dtype} are not numbers; "
+                             "pass a real numeric array")
+        array = np.array(raw, dtype=np.result_type(raw.dtype, np.float32))
         array.setflags(write=False)
         super().__init__((), array.shape)
         object.__setattr__(self, "value", array)
@@ -216,14 +278,56 @@ class Identity(Node):
     def params(self):
         return (self.n,)
 
+    @property
+    def symmetry(self) -> tuple[tuple[int, ...], ...]:
+        return ((0, 1),)
 
-def zeros(shape: Sequence[int]) -> Constant:
-    return Constant(np.zeros(tuple(shape)), name="zeros")
+
+class Zeros(Constant):
+    """An all-zero constant. The optimizer recognises zeros by this type (and by looking at small
+    constants' values), never by a name: a Constant named "zeros" is just a Constant."""
+
+    __slots__ = ()
+
+    def __init__(self, shape: Sequence[int]):
+        shape = tuple(shape)
+        if any((not isinstance(s, numbers.Integral)) or s < 0 for s in shape):
+            raise ShapeError(f"zeros: shape {shape} must be non-negative integers")
+        # a read-only broadcast view: no memory however large the shape
+        Node.__init__(self, (), shape)
+        object.__setattr__(self, "value", np.broadcast_to(np.zeros((), dtype=np.float64), shape))
+        object.__setattr__(self, "name", None)
+
+    @property
+    def label(self) -> str:
+        return f"zeros{self.uid}"
+
+    def params(self):
+        return (self.shape,)
+
+
+def zeros(shape: Sequence[int]) -> Zeros:
+    """An all-zero tensor of `shape` (e.g. a direction that an HVP should prune away)."""
+    return Zeros(shape)
+
+
+def is_zero(node: Node) -> bool:
+    """True when `node` is known to be all zeros: a Zeros node, or a small Constant of zeros.
+
+    Decided from the type and the stored values only, never from a name."""
+    if isinstance(node, Zeros):
+        return True
+    return isinstance(node, Constant) and node.value.size <= 4096 and not np.any(node.value)
 
 
 # ======================================================================================
 # Operations
 # ======================================================================================
+# Any other printable character names an axis: passes that fuse long chains need more symbols than
+# the 52 ASCII letters (opt_einsum.get_symbol continues into Unicode); executors respell them.
+RESERVED_SUBSCRIPT_CHARS = frozenset(",->.")
+
+
 def parse_subscripts(subscripts: str, n_operands: int) -> tuple[tuple[str, ...], str]:
     """Split 'ij,jk->ik' into (('ij', 'jk'), 'ik'); implicit outputs follow NumPy's rule."""
     if not isinstance(subscripts, str):
@@ -249,8 +353,9 @@ def parse_subscripts(subscripts: str, n_operands: int) -> tuple[tuple[str, ...],
                          f"but {n_operands} operand(s) were given")
     for sub in ins + (out,):
         for ch in sub:
-            if not ch.isalpha():
-                raise InputError(f"einsum: subscript character {ch!r} in {subscripts!r} is not a letter")
+            if ch in RESERVED_SUBSCRIPT_CHARS or not ch.isprintable():
+                raise InputError(f"einsum: subscript character {ch!r} in {subscripts!r} cannot name an axis; "
+                                 "use letters (any other printable symbol but , - > . also works)")
     return ins, out
 
 
@@ -313,13 +418,41 @@ def einsum(subscripts: str, *operands: Node) -> Einsum:
     return Einsum(subscripts, *operands)
 
 
-def tensordot(a: Node, b: Node, axes: int = 2) -> Einsum:
-    """numpy.tensordot semantics with an integer `axes`: the last `axes` of a meet the first of b."""
-    if axes > a.ndim or axes > b.ndim:
-        raise ShapeError(f"tensordot: axes={axes} exceeds the order of {a.label} ({a.ndim}) or {b.label} ({b.ndim})")
-    la = "".join(get_symbol(i) for i in range(a.ndim))
-    lb = la[a.ndim - axes:] + "".join(get_symbol(a.ndim + i) for i in range(b.ndim - axes))
-    return einsum(f"{la},{lb}->{la[:a.ndim - axes]}{lb[axes:]}", a, b)
+def tensordot(a: Node, b: Node, axes: int | Sequence = 2) -> Einsum:
+    """numpy.tensordot: `axes` an integer (the last `axes` of a meet the first of b) or a pair
+    (axes of a, axes of b) of integers or equal-length lists; free axes of a, then of b, remain."""
+    if not isinstance(a, Node) or not isinstance(b, Node):
+        raise InputError("tensordot: a and b must be graph nodes")
+    if isinstance(axes, numbers.Integral) and not isinstance(axes, bool):
+        if not 0 <= axes <= min(a.ndim, b.ndim):
+            raise ShapeError(f"tensordot: axes={axes} must be between 0 and the orders of "
+                             f"{a.label} ({a.ndim}) and {b.label} ({b.ndim})")
+        a_axes, b_axes = list(range(a.ndim - axes, a.ndim)), list(range(axes))
+    else:
+        try:
+            a_axes, b_axes = axes
+            a_axes = [a_axes] if isinstance(a_axes, numbers.Integral) else list(a_axes)
+            b_axes = [b_axes] if isinstance(b_axes, numbers.Integral) else list(b_axes)
+        except (TypeError, ValueError):
+            raise InputError(f"tensordot: axes={axes!r} must be an integer or a pair of axis lists, "
+                             "e.g. [[1], [0]]") from None
+        if len(a_axes) != len(b_axes):
+            raise ShapeError(f"tensordot: axes={axes!r} pair {len(a_axes)} axes of {a.label} "
+                             f"with {len(b_axes)} of {b.label}")
+        for name, node, group in (("first", a, a_axes), ("second", b, b_axes)):
+            if any(not isinstance(k, numbers.Integral) or not -node.ndim <= k < node.ndim for k in group):
+                raise ShapeError(f"tensordot: {name} axes {group} out of range for {node.label} "
+                                 f"of order {node.ndim}")
+        a_axes = [int(k) % a.ndim for k in a_axes]
+        b_axes = [int(k) % b.ndim for k in b_axes]
+        if len(set(a_axes)) != len(a_axes) or len(set(b_axes)) != len(b_axes):
+            raise ShapeError(f"tensordot: axes={axes!r} repeat an axis")
+    la = [get_symbol(i) for i in range(a.ndim)]
+    lb = [get_symbol(a.ndim + i) for i in range(b.ndim)]
+    for i, j in zip(a_axes, b_axes):
+        lb[j] = la[i]
+    out = [c for i, c in enumerate(la) if i not in a_axes] + [c for j, c in enumerate(lb) if j not in b_axes]
+    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
 
 
 class _Binary(Node):
@@ -467,6 +600,48 @@ exp, log, sin, cos, tanh, sqrt, reciprocal, square = (
     _make_fn(n) for n in ("exp", "log", "sin", "cos", "tanh", "sqrt", "reciprocal", "square"))
 
 
+class Power(Node):
+    """x ** exponent entry by entry, for a real exponent (x ** 2, ** -1, ** 0.5 build cheaper nodes)."""
+
+    __slots__ = ("exponent",)
+
+    def __init__(self, x: Node, exponent: float):
+        if not isinstance(x, Node):
+            raise InputError("power: x must be a graph node")
+        if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real) or not np.isfinite(exponent):
+            raise InputError(f"power: exponent {exponent!r} must be a finite real number")
+        super().__init__((x,), x.shape)
+        object.__setattr__(self, "exponent", float(exponent))
+
+    def derivative(self) -> Node:
+        x, p = self.inputs[0], self.exponent
+        if p == 0:
+            return Zeros(x.shape)
+        if p == 1:
+            return Constant(np.ones(x.shape))
+        return Scale(p, x if p == 2 else Power(x, p - 1))
+
+    def params(self):
+        return (self.exponent,)
+
+    @classmethod
+    def _rebuild(cls, params, inputs):
+        return cls(inputs[0], params[0])
+
+
+def power(x: Node, exponent: float) -> Node:
+    """x ** exponent entry by entry, e.g. ``power(x, 3)`` or ``power(x, -0.5)``."""
+    return x ** exponent
+
+
+def norm(x: Node) -> Node:
+    """The Frobenius (2-)norm sqrt(sum x^2) of a tensor of any order, a scalar node."""
+    if not isinstance(x, Node):
+        raise InputError("norm: x must be a graph node")
+    letters = "".join(get_symbol(i) for i in range(x.ndim))
+    return Elementwise("sqrt", Einsum(f"{letters},{letters}->", x, x))
+
+
 class Sum(Node):
     """Sum of x over `axes` (all axes when None)."""
 
@@ -568,9 +743,10 @@ def tensorinv(x: Node, ind: int | None = None) -> TensorInverse:
 
 
 # Sources are rebuilt from their own parameters (they have no inputs to replace).
-Variable._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1], params[2]))
+Variable._rebuild = classmethod(lambda cls, params, inputs: cls(*params))
 Constant._rebuild = classmethod(lambda cls, params, inputs: cls(params[0], params[1]))
 Identity._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))
+Zeros._rebuild = classmethod(lambda cls, params, inputs: cls(params[0]))
 
 
 class SampleAt(Node):

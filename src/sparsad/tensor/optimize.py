@@ -4,6 +4,7 @@
     G = SymbolicExecution(G)                      OPT2: inverses, identities, SymPy (to a fixpoint)
     G = OptContractPath(G)                        path selection (or dimension trees)
     OG = CSE(G)                                   OPT3
+    OG = FoldTransposes(OG)                       no node only permutes axes
 
 The passes are heuristics: on deep derivative graphs (nested inverses, say) distribution and
 fusion can build a graph that costs more than the one they started from. With `guard` (the
@@ -26,6 +27,7 @@ from sparsad.tensor.graph import variables
 from sparsad.tensor.nodes import Node
 from sparsad.tensor.prune import prune
 from sparsad.tensor.simplify import simplify
+from sparsad.tensor.transposes import fold_transposes
 
 PASSES = ("fuse", "symbolic", "path", "cse")
 
@@ -99,4 +101,6 @@ def _run_passes(graph: list[Node], passes: Sequence[str], path: str, memory_limi
             graph = contraction_paths(graph, path, memory_limit)
     if "cse" in passes:
         graph = cse(graph)
+    if "path" in passes or "cse" in passes:
+        graph = fold_transposes(graph)
     return graph

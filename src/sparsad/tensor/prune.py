@@ -6,7 +6,9 @@
 * A contraction of a tensor with its tensor inverse over the matching axes becomes identities
   (then pruned by the rule above). The tensor may appear fused into the einsum: its own operands
   are looked for among the consumer's operands with a consistent wiring.
-* einsum('ab->ab', x) is x; Scale(1, x) is x.
+* Two readings of an orthonormal matrix contracted over its orthonormal axis are an identity.
+* A scalar constant operand of an einsum is pulled out as a Scale.
+* einsum('ab->ab', x) is x; Scale(1, x) is x; x ** 1 is x.
 """
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ from typing import Sequence
 
 from sparsad.tensor.cse import leaf_equal
 from sparsad.tensor.graph import fresh_letters, rewrite
-from sparsad.tensor.nodes import Constant, Einsum, Identity, Node, Scale, TensorInverse, zeros
+from sparsad.tensor.transposes import resolve, transpose_parts
+from sparsad.tensor.nodes import (
+    Constant, Einsum, Identity, Node, Power, Scale, TensorInverse, Variable, is_zero, zeros,
+)
 
 
 def prune_identities_einsum(node: Einsum) -> Node:
     subs = list(node.in_subs)
     ops = list(node.inputs)
     out = node.out_sub
-    # A scalar constant one (the seed of a gradient) is a factor of one.
-    for k in reversed(range(len(ops))):
-        if (len(ops) > 1 and isinstance(ops[k], Constant) and ops[k].shape == ()
-                and float(ops[k].value) == 1.0):
-            del subs[k], ops[k]
+    # A scalar constant operand is a coefficient: pulled out as a Scale (zeros are left for
+    # prune_trivial, which replaces the whole einsum).
     factor = 1
+    for k in reversed(range(len(ops))):
+        if len(ops) > 1 and isinstance(ops[k], Constant) and ops[k].shape == () and not is_zero(ops[k]):
+            factor *= float(ops[k].value)
+            del subs[k], ops[k]
     changed = True
     while changed:
         changed = False
@@ -61,18 +67,47 @@ def prune_identities_einsum(node: Einsum) -> Node:
     return Scale(factor, result) if factor != 1 else result
 
 
-def _is_zero(node: Node) -> bool:
-    return isinstance(node, Constant) and (node.name == "zeros" or (
-        node.value.size <= 4096 and not node.value.any()))
+def prune_orthonormal_einsum(node: Einsum) -> Node:
+    """M M^T = I for orthonormal="column" (M^T M = I for "row"): two readings of one orthonormal
+    matrix contracted over that axis, and nowhere else, become an Identity (pruned next)."""
+    subs, ops, out = list(node.in_subs), list(node.inputs), node.out_sub
+    changed, any_change = True, False
+    while changed:
+        changed = False
+        counts: dict[str, int] = {}
+        for ch in "".join(subs) + out:
+            counts[ch] = counts.get(ch, 0) + 1
+        for j, k in itertools.combinations(range(len(ops)), 2):
+            m = ops[j]
+            if m is not ops[k] or not isinstance(m, Variable) or not m.orthonormal:
+                continue
+            axis = 1 if m.orthonormal == "column" else 0
+            c = subs[j][axis]
+            if subs[k][axis] != c or counts[c] != 2:
+                continue
+            keep = subs[j][1 - axis] + subs[k][1 - axis]
+            subs[j], ops[j] = keep, Identity(m.shape[1 - axis])
+            del subs[k], ops[k]
+            changed = any_change = True
+            break
+    if not any_change:
+        return node
+    return Einsum(",".join(subs) + "->" + out, *ops)
 
 
 def prune_trivial(node: Node) -> Node:
     """einsum('abc->abc', x) -> x, Scale(1, x) -> x, an einsum with a zero operand -> zeros."""
-    if isinstance(node, Einsum) and any(_is_zero(op) for op in node.inputs):
+    if isinstance(node, Einsum) and any(is_zero(op) for op in node.inputs):
         return zeros(node.shape)
     if isinstance(node, Einsum) and len(node.inputs) == 1 and node.in_subs[0] == node.out_sub:
         return node.inputs[0]
+    if transpose_parts(node) is not None:
+        source, perm = resolve(node)         # a permutation within the source's symmetry: the source
+        if perm == tuple(range(len(perm))):
+            return source
     if isinstance(node, Scale) and float(node.coef) == 1.0:
+        return node.inputs[0]
+    if isinstance(node, Power) and node.exponent == 1.0:
         return node.inputs[0]
     return node
 
@@ -139,6 +174,8 @@ def prune_inverse_einsum(node: Einsum) -> Node:
 def prune(nodes: Sequence[Node]) -> list[Node]:
     """Inverse pruning, identity pruning and trivial-node removal, bottom-up."""
     def one(node: Node) -> Node:
+        if isinstance(node, Einsum):
+            node = prune_orthonormal_einsum(node)
         if isinstance(node, Einsum):
             node = prune_inverse_einsum(node)
         if isinstance(node, Einsum):

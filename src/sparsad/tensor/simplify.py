@@ -13,12 +13,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
-import numpy as np
 import sympy
 
 from sparsad.tensor.cse import Canonicalizer
 from sparsad.tensor.graph import fold, is_linear, topological
-from sparsad.tensor.nodes import Add, Constant, Node, Scale, Sub, zeros
+from sparsad.tensor.nodes import Add, Node, Scale, Sub, is_zero, zeros
 
 Combination = dict[int, sympy.Expr]     # canonical term id -> exact coefficient
 
@@ -35,10 +34,6 @@ def _coefficient(value) -> sympy.Expr:
     if isinstance(value, sympy.Expr):
         return value
     return _float_coefficient(float(value))
-
-
-def _is_zero(node: Node) -> bool:
-    return isinstance(node, Constant) and node.value.size <= 4096 and not np.any(node.value)
 
 
 def _combine(left: Combination, right: Combination, sign: int) -> Combination:
@@ -68,7 +63,7 @@ class LinearTerms:
         if isinstance(n, Scale):
             coef = _coefficient(n.coef)
             return {k: coef * c for k, c in self._memo[n.inputs[0].uid].items()}
-        if _is_zero(n):
+        if is_zero(n):
             return {}
         key = self.canon.id(n)
         self.terms.setdefault(key, n)

@@ -11,7 +11,7 @@ from sparsad.errors import UnsupportedError
 from sparsad.tensor.executor import canonical_subscripts
 from sparsad.tensor.graph import topological
 from sparsad.tensor.nodes import (
-    Add, Constant, Einsum, Elementwise, Identity, Node, Scale, Sub, Sum, TensorInverse, Transpose,
+    Add, Constant, Einsum, Elementwise, Identity, Node, Power, Scale, Sub, Sum, TensorInverse, Transpose,
     Variable,
 )
 
@@ -77,6 +77,8 @@ def to_source(nodes: Node | Sequence[Node], name: str = "run") -> str:
             expr = f"{float(node.coef)!r} * {args[0]}"
         elif isinstance(node, Elementwise):
             expr = _FUNCS[node.fn].format(args[0])
+        elif isinstance(node, Power):
+            expr = f"{args[0]} ** {node.exponent!r}"
         elif isinstance(node, Sum):
             expr = f"{args[0]}.sum(axis={node.axes!r})"
         elif isinstance(node, Transpose):
