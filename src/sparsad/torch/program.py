@@ -27,7 +27,7 @@ import scipy.sparse as sp
 import torch
 
 from sparsad.errors import DTypeError, FormatError, InputError, ShapeError, UnsupportedError
-from sparsad.lang.syntax import EmptyDict
+from sparsad.bridge import canonical_csr as _canonical, dense_result as _dense, values_on as _values_on
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.matrix import SparseMatrix
 
@@ -145,49 +145,6 @@ def _same_pattern(a: CSRPattern | None, b: CSRPattern | None) -> bool:
     return a.shape == b.shape and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
 
 
-def _canonical(matrix) -> sp.csr_matrix:
-    csr = sp.csr_matrix(matrix, copy=True)
-    csr.sum_duplicates()
-    csr.sort_indices()
-    return csr
-
-
-def _values_on(result: Any, pattern: CSRPattern) -> np.ndarray:
-    """The entries of `result` (scipy sparse, dense array or a zero) at `pattern`'s positions."""
-    if isinstance(result, (int, float, np.floating)) or result is None:
-        if result:
-            raise UnsupportedError(f"a derivative came back as the number {result} where a matrix was expected")
-        return np.zeros(pattern.nnz)
-    if sp.issparse(result):
-        csr = _canonical(result)
-        rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
-        keys = rows * np.int64(pattern.shape[1]) + csr.indices.astype(np.int64)
-        pos = np.minimum(np.searchsorted(keys, pattern.keys), max(keys.shape[0] - 1, 0))
-        found = keys[pos] == pattern.keys if keys.shape[0] else np.zeros(pattern.nnz, dtype=bool)
-        return np.where(found, csr.data[pos] if keys.shape[0] else 0.0, 0.0)
-    array = np.asarray(result)
-    if array.shape != pattern.shape and not np.any(array):  # an empty result: a zero derivative
-        return np.zeros(pattern.nnz)
-    if array.shape != pattern.shape:
-        raise UnsupportedError(f"a derivative came back with shape {array.shape} where {pattern.shape} was expected")
-    return array[pattern.rows, pattern.indices]
-
-
-def _dense(result: Any, shape: tuple | None) -> np.ndarray:
-    if sp.issparse(result):
-        return result.toarray()
-    if isinstance(result, (int, float, np.floating, np.integer)) and shape:
-        if result:
-            raise UnsupportedError(f"a derivative came back as the number {result} where an array was expected")
-        return np.zeros(shape)
-    array = np.asarray(result, dtype=np.float64 if np.asarray(result).dtype.kind in "biu" else None)
-    if shape is not None and array.shape != tuple(shape) and not np.any(array):  # empty: zero
-        return np.zeros(shape)
-    if shape is not None and array.shape != tuple(shape):
-        raise UnsupportedError(f"the program returned shape {array.shape} where {tuple(shape)} was expected")
-    return array
-
-
 class TorchProgram:
     """A sparsad program callable on torch tensors, differentiable in every tensor input (see the
     module docstring). Build with `compile_program`."""
@@ -299,19 +256,16 @@ class TorchProgram:
             return self.program(**inputs)
 
     # -- derivatives ---------------------------------------------------------------------------
-    def _derived_program(self, kind: str, name: str, call: _Call) -> tuple["TorchProgram", str]:
+    def _derived_program(self, kind: str, name: str, call: _Call) -> tuple["TorchProgram | None", str]:
         import sparsad
+        from sparsad.bridge import derivative_expr, fresh_name
 
-        seed = "sparsad_seed"
-        while seed in self.program.inputs:
-            seed += "_"
+        seed = fresh_name("sparsad_seed", self.program.inputs)
         key = (kind, name, tuple(sorted(call.types.items())))
         if key not in self._derived:
-            maker = sparsad.vjp(self.program, wrt=name, cotangent=seed) if kind == "vjp" else \
-                sparsad.jvp(self.program, wrt=name, tangent=seed)
-            expr = maker.exprs(call.types)[name]
             # a derivative that is identically zero (the empty dictionary) is no program to run
-            self._derived[key] = None if isinstance(expr, EmptyDict) else TorchProgram(sparsad.Program(expr))
+            expr = derivative_expr(self.program, kind, name, call.types, seed)
+            self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr))
         return self._derived[key], seed
 
     def _rebuild(self, call: _Call, tensors) -> dict[str, Any]:
