@@ -132,10 +132,12 @@ class JaxProgram:
         result = self._compiled(**spec.numpy_inputs(arrays))
         return dense_result(result, spec.out_shape).astype(spec.dtype)
 
-    def _host_jvp(self, spec: _Spec, arrays, tangents) -> np.ndarray:
+    def _host_jvp(self, spec: _Spec, arrays, tangents: dict[int, Any]) -> np.ndarray:
+        """Sum of the jvp programs of the leaves that have a tangent (`tangents`: leaf -> tangent)."""
         total = np.zeros(spec.out_shape, dtype=spec.dtype)
         inputs = spec.numpy_inputs(arrays)
-        for name, kind, pattern, tangent in zip(spec.names, spec.kinds, spec.patterns, tangents):
+        for k, tangent in tangents.items():
+            name, kind, pattern = spec.names[k], spec.kinds[k], spec.patterns[k]
             program, seed = self._derived_program("jvp", name, spec)
             if program is None:
                 continue
@@ -147,11 +149,13 @@ class JaxProgram:
             total += dense_result(program(**seeded), spec.out_shape)
         return total
 
-    def _host_vjp(self, spec: _Spec, arrays, cotangent) -> tuple:
+    def _host_vjp(self, spec: _Spec, arrays, cotangent, leaves: tuple[int, ...]) -> tuple:
+        """The vjp programs of the given leaves, each as an array shaped like its leaf."""
         inputs = spec.numpy_inputs(arrays)
         grads = []
-        for name, kind, pattern, shape, dtype in zip(spec.names, spec.kinds, spec.patterns, spec.shapes,
-                                                     spec.dtypes):
+        for k in leaves:
+            name, kind, pattern, shape, dtype = (spec.names[k], spec.kinds[k], spec.patterns[k], spec.shapes[k],
+                                                 spec.dtypes[k])
             program, seed = self._derived_program("vjp", name, spec)
             if program is None:
                 grads.append(np.zeros(shape, dtype=dtype))
@@ -184,23 +188,26 @@ class JaxProgram:
         def apply(spec, *leaves):
             return callback(lambda *a: spec.owner._host_primal(spec, a), out_struct(spec), *leaves)
 
-        @apply.defjvp
         def apply_jvp(spec, primals, tangents):
             out = apply(spec, *primals)
             n = len(primals)
+            # only the leaves with a tangent are linear inputs (linear_call transposes exactly those)
+            active = tuple(k for k, t in enumerate(tangents) if type(t).__name__ != "SymbolicZero")
+            if not active:
+                return out, jax.numpy.zeros(spec.out_shape, spec.dtype)
 
             def forward(residuals, linear):
-                return callback(lambda *a: spec.owner._host_jvp(spec, a[:n], a[n:]), out_struct(spec),
-                                *residuals, *linear)
+                return callback(lambda *a: spec.owner._host_jvp(spec, a[:n], dict(zip(active, a[n:]))),
+                                out_struct(spec), *residuals, *linear)
 
             def transpose(residuals, cotangent):
-                return callback(lambda *a: spec.owner._host_vjp(spec, a[:n], a[n]), leaf_structs(spec),
+                structs = tuple(leaf_structs(spec)[k] for k in active)
+                return callback(lambda *a: spec.owner._host_vjp(spec, a[:n], a[n], active), structs,
                                 *residuals, cotangent)
 
-            tangents = tuple(jax.numpy.zeros(s, d) if type(t).__name__ == "SymbolicZero" else t
-                             for t, s, d in zip(tangents, spec.shapes, spec.dtypes))
-            return out, linear_call(forward, transpose, tuple(primals), tangents)
+            return out, linear_call(forward, transpose, tuple(primals), tuple(tangents[k] for k in active))
 
+        apply.defjvp(apply_jvp, symbolic_zeros=True)
         return apply
 
 
