@@ -194,3 +194,16 @@ def test_spmv_random_shapes_and_patterns(seed, m, n, density):
     want = torch.autograd.grad(ref.sin().sum(), (dense, x_ref))
     _close(got[0], want[0][torch.as_tensor(A.pattern.rows), torch.as_tensor(A.pattern.indices.astype(np.int64))])
     _close(got[1], want[1])
+
+
+def test_torch_compile_of_a_program_layer():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    f, dense, args = _case("gcn")
+    compiled = torch.compile(lambda *a: torch.relu(f(*a)).sum(), backend="aot_eager")
+    leaves = [t.clone().requires_grad_(True) for t in args]
+    ref = [t.clone().requires_grad_(True) for t in args]
+    out, want = compiled(*leaves), torch.relu(dense(*ref)).sum()
+    _close(out, want)
+    _close(torch.autograd.grad(out, leaves), torch.autograd.grad(want, ref))

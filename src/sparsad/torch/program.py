@@ -215,6 +215,7 @@ class TorchProgram:
             return SparseMatrix._wrap(call.out_pattern, values)
         return values
 
+    @torch.compiler.disable  # NumPy and Numba: a graph break under torch.compile, never a trace
     def _run_forward(self, call: _Call, tensors) -> torch.Tensor:
         from sparsad.lang.typecheck import value_type
 
