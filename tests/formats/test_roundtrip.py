@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 import sparsad.formats as F
-from sparsad.errors import FormatError
+from sparsad.errors import FormatError, InputError
 
 MATRIX_FORMATS = ["dense", "dense_col_major", "coo", "csr", "csc", "dcsr", "dcsc", "csf"]
 ANY_ORDER_FORMATS = ["dense", "dense_col_major", "coo", "csf"]
@@ -185,7 +185,10 @@ def test_torch_inputs():
     torch = pytest.importorskip("torch")
     matrix = random_tensor(np.random.default_rng(5), (5, 4), 0.4)
     dense = torch.tensor(matrix, requires_grad=True)
-    stored = F.as_format(dense)
+    with pytest.raises(InputError, match="compile_program"):  # a gradient is never dropped silently
+        F.as_format(dense)
+    with torch.no_grad():
+        stored = F.as_format(dense)
     assert stored.format.is_dense
     np.testing.assert_array_equal(stored.to_numpy(), matrix)
     with warnings.catch_warnings():

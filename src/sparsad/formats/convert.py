@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsad.errors import DensifyWarning, FormatError, UnsupportedError, dense_size_message
+from sparsad.errors import DensifyWarning, FormatError, InputError, UnsupportedError, dense_size_message
 from sparsad.formats.format import CSC, CSR, Format, coo, dense, resolve
 from sparsad.formats.levels import Dense
 from sparsad.formats.tensor import SCIPY_FORMATS, StoredTensor, build_levels, scatter_dense
@@ -151,6 +151,10 @@ def _from_scipy(matrix, format, name, label) -> StoredTensor:
 def _from_torch(tensor, format, name, label) -> StoredTensor:
     import torch
 
+    if tensor.requires_grad and torch.is_grad_enabled():  # never drop a gradient silently
+        raise InputError(f"{label} is a torch tensor that requires grad, and this call would drop its gradient; "
+                         f"use sparsad.torch.compile_program(...) to differentiate through the program, or pass "
+                         f"{name or 'it'}.detach() (or call under torch.no_grad())")
     tensor = tensor.detach()
     if tensor.layout != torch.strided:
         check_torch_sparse(tensor, label)  # before coalesce/to_sparse_coo/.to, which trust the indices

@@ -18,10 +18,11 @@ from sparsad.torch.linalg import (
     transpose,
 )
 from sparsad.torch.matrix import DenseResultWarning, SparseMatrix
+from sparsad.torch.program import TorchProgram, compile_program
 from sparsad.torch.solve import cg, spsolve, triangular_solve
 
 __all__ = [
     "SparseMatrix", "DenseResultWarning", "spmv", "spmm", "spgemm", "add", "scale", "transpose",
     "diagonal", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
-    "gradcheck", "gradgradcheck",
+    "gradcheck", "gradgradcheck", "compile_program", "TorchProgram",
 ]

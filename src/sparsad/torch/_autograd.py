@@ -60,13 +60,14 @@ def _evaluate_torch(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) ->
     return torch.zeros((terms.sizes[out], v.shape[1]), dtype=prod.dtype, device=dev).index_add_(0, iout, prod)
 
 
+@torch.compiler.disable  # Numba kernels on NumPy views: a graph break under torch.compile, not a trace
 def _evaluate(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Channel operands may be 1-D (one channel): the result of a channel role is then 1-D too."""
     if out == terms.scalar:
         u, v = (t[:, None] if t.ndim == 1 else t for t in (u, v))
     if _use_numba(u):  # NumPy views and the Numba kernels directly
         plan = terms.plan(out)
-        operands = {plan.u_role: u.contiguous().numpy(), plan.v_role: v.contiguous().numpy()}
+        operands = {plan.u_role: u.detach().contiguous().numpy(), plan.v_role: v.detach().contiguous().numpy()}
         return torch.from_numpy(_numpy_contract(terms, out, operands))
     flat = out != terms.scalar and v.ndim == 1
     if flat:
@@ -75,28 +76,58 @@ def _evaluate(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch
     return result[:, 0] if flat else result
 
 
+def plain(*tensors: torch.Tensor) -> bool:
+    """True when no transform can be watching these tensors: no forward-mode dual level is open
+    and none is a torch.func wrapper. Only then may a backward skip the differentiable path
+    (a NumPy shortcut there would silently drop a tangent or a batch dimension)."""
+    if _forward_ad_active() or torch.is_grad_enabled():
+        return False
+    return not any(_is_wrapped(t) for t in tensors if t is not None)
+
+
+def _is_wrapped(tensor: torch.Tensor) -> bool:
+    return torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+
+
+def batch_first(tensor: torch.Tensor, dim: int | None, size: int) -> torch.Tensor:
+    """`tensor` with its vmap batch dimension at 0 (broadcast when it has none)."""
+    if dim is None:
+        return tensor.unsqueeze(0).expand(size, *tensor.shape)
+    return tensor.movedim(dim, 0)
+
+
 class _Contract(torch.autograd.Function):
+    """out = terms evaluated towards role `out` from operands u, v (see sparsad.ops.contract).
+
+    setup_context style with jvp and vmap rules, so torch.func (grad, vjp, jvp, jacrev, jacfwd,
+    vmap) composes with it; every rule is built from this Function again, so any order works.
+    """
+
     @staticmethod
-    def forward(ctx, terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return _evaluate(terms, out, u.detach(), v.detach())
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        terms, out, u, v = inputs
         ctx.terms, ctx.out = terms, out
         ctx.save_for_backward(u, v)
-        if _forward_ad_active():  # a jvp can only be asked for inside a dual level
-            ctx.save_for_forward(u, v)
-        return _evaluate(terms, out, u.detach(), v.detach())
+        ctx.save_for_forward(u, v)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         u, v = ctx.saved_tensors
         terms, out = ctx.terms, ctx.out
         u_role, v_role = terms.roles_into(out)
-        # create_graph=True: build the gradient from differentiable calls; otherwise skip the
-        # Function machinery and evaluate directly
-        run = contract if torch.is_grad_enabled() else _contract_now
-        if run is _contract_now and out == 2 and _use_numba(grad) and grad.ndim == 1 and v.ndim == 1:
+        fast = plain(grad, u, v)
+        if fast and out == 2 and _use_numba(grad) and grad.ndim == 1 and v.ndim == 1:
             fused = _vector_vjp(terms, u.detach().contiguous().numpy(), v.detach().contiguous().numpy(),
                                 grad.contiguous().numpy(), ctx.needs_input_grad[2], ctx.needs_input_grad[3])
             if fused is not None:  # SpMV: both cotangents in one pass over A
                 return (None, None) + tuple(None if g is None else torch.from_numpy(g) for g in fused)
+        # otherwise build the gradient from differentiable calls (create_graph, torch.func, dual
+        # tensors), or evaluate directly when nothing watches
+        run = _contract_now if fast else contract
         gu = gv = None
         if ctx.needs_input_grad[2]:
             gu = run(terms, u_role, {v_role: v, out: grad})
@@ -106,16 +137,31 @@ class _Contract(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, _terms, _out, du, dv):
+        # product rule, through this Function so the tangent is itself differentiable
         u, v = ctx.saved_tensors
         terms, out = ctx.terms, ctx.out
-        u_role, v_role = terms.roles_into(out)
         tangent = None
         if du is not None:
-            tangent = _evaluate(terms, out, du, v)
+            tangent = _Contract.apply(terms, out, du, v)
         if dv is not None:
-            part = _evaluate(terms, out, u, dv)
+            part = _Contract.apply(terms, out, u, dv)
             tangent = part if tangent is None else tangent + part
         return tangent
+
+    @staticmethod
+    def vmap(info, in_dims, terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor):
+        _, _, u_dim, v_dim = in_dims
+        if u_dim is None and v_dim is None:
+            return _Contract.apply(terms, out, u, v), None
+        if u_dim is None and out != terms.scalar:
+            # only the channel operand is batched: the batch becomes more channels (one call)
+            wide = v.movedim(v_dim, 1)
+            channels = wide.shape[1:]
+            result = _Contract.apply(terms, out, u, wide.reshape(wide.shape[0], -1))
+            return result.reshape(result.shape[0], *channels), 1
+        size = info.batch_size
+        u, v = batch_first(u, u_dim, size), batch_first(v, v_dim, size)
+        return torch.stack([_Contract.apply(terms, out, u[b], v[b]) for b in range(size)]), 0
 
 
 def _contract_now(terms: Terms, out: int, operands: dict[int, torch.Tensor]) -> torch.Tensor:

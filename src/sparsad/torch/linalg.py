@@ -27,6 +27,53 @@ def _index(pattern_array: np.ndarray, device: torch.device, cache_owner, key: st
     return cache[(key, device)]
 
 
+def _pattern_arrays(pattern, key: str) -> np.ndarray:
+    if key == "rows":
+        return pattern.rows
+    if key == "cols":
+        return pattern.indices
+    if key == "perm":
+        return pattern.transpose[1]
+    pos = pattern.diagonal_positions
+    return np.flatnonzero(pos >= 0) if key == "diag_rows" else pos[pos >= 0]
+
+
+# Pattern-level work (NumPy on index arrays) stays outside torch.compile graphs: a graph break
+# here, never a traced NumPy call.
+@torch.compiler.disable
+def pattern_index(pattern, key: str, device: torch.device) -> torch.Tensor:
+    """A cached int64 index tensor of `pattern`: rows, cols, perm (of the transpose), diag_rows, diag_pos."""
+    return _index(_pattern_arrays(pattern, key), device, pattern, key)
+
+
+@torch.compiler.disable
+def _terms_of(pattern):
+    return spmm_terms(pattern)
+
+
+@torch.compiler.disable
+def _product_pattern(pa, pb):
+    return pa.matmul(pb)
+
+
+@torch.compiler.disable
+def _transposed_pattern(pattern):
+    return pattern.transpose[0]
+
+
+@torch.compiler.disable
+def _union(pa, pb, device):
+    pattern, map_a, map_b = pa.union(pb)
+    return pattern, _add_maps(pattern, pa, pb, map_a, map_b, device)
+
+
+@torch.compiler.disable
+def _identity_pattern(n: int):
+    from sparsad.ops.pattern import CSRPattern
+
+    return CSRPattern(np.arange(n + 1), np.arange(n), (n, n), check=False)
+
+
 def check_dense(A: SparseMatrix, x: Any, name: str, length: int, axis: int, what: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise InputError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -54,7 +101,7 @@ def _check_scalar(value: Scalar, name: str, A: SparseMatrix) -> Scalar:
 
 def _matmul_2d(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
     """A @ X for 2-D X (cols, C)."""
-    return contract(spmm_terms(A.pattern), 2, {0: A.values, 1: X})
+    return contract(_terms_of(A.pattern), 2, {0: A.values, 1: X})
 
 
 def spmm(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
@@ -80,10 +127,10 @@ def spmv(A: SparseMatrix, x: torch.Tensor, alpha: Scalar = 1.0, beta: Scalar = 0
     if x.ndim != 1:
         raise ShapeError(f"x must be 1-D for spmv, got shape {tuple(x.shape)}; use spmm for matrices")
     if y is None and alpha.__class__ is float and alpha == 1.0 and beta.__class__ is float and beta == 0.0:
-        return _autograd._Contract.apply(spmm_terms(A.pattern), 2, A.values, x)  # plain A x: the short path
+        return _autograd._Contract.apply(_terms_of(A.pattern), 2, A.values, x)  # plain A x: the short path
     alpha = _check_scalar(alpha, "alpha", A)
     beta = _check_scalar(beta, "beta", A)
-    w = contract(spmm_terms(A.pattern), 2, {0: A.values, 1: x})
+    w = contract(_terms_of(A.pattern), 2, {0: A.values, 1: x})
     if not (isinstance(alpha, float) and alpha == 1.0):
         w = alpha * w
     if y is not None:
@@ -100,7 +147,7 @@ def spgemm(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
     """Sparse @ sparse with masked gradients for both operands (structural output pattern, cached)."""
     A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
     _same_kind(A, B)
-    pattern, terms = A.pattern.matmul(B.pattern)
+    pattern, terms = _product_pattern(A.pattern, B.pattern)
     values = contract(terms, 2, {0: A.values, 1: B.values})
     return SparseMatrix._wrap(pattern, values)
 
@@ -120,8 +167,7 @@ def add(A: SparseMatrix, B: SparseMatrix, alpha: Scalar = 1.0, beta: Scalar = 1.
     A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
     _same_kind(A, B)
     alpha, beta = _check_scalar(alpha, "alpha", A), _check_scalar(beta, "beta", A)
-    pattern, map_a, map_b = A.pattern.union(B.pattern)
-    maps = _add_maps(pattern, A.pattern, B.pattern, map_a, map_b, A.device)
+    pattern, maps = _union(A.pattern, B.pattern, A.device)
     as_tensor = [s if isinstance(s, torch.Tensor) else torch.tensor(s, dtype=A.dtype, device=A.device)
                  for s in (alpha, beta)]
     return SparseMatrix._wrap(pattern, _Add.apply(maps, A.values, B.values, *as_tensor))
@@ -137,6 +183,7 @@ def _add_maps(pattern, pa, pb, map_a, map_b, device) -> dict:
     return cache[key]
 
 
+@torch.compiler.disable  # a Numba kernel: a graph break under torch.compile, not a trace
 def _add_values(maps: dict, a, b, alpha, beta) -> torch.Tensor:
     if _autograd._use_numba(a):
         out = np.zeros(maps["nnz"], dtype=np.result_type(a.numpy(), b.numpy()))
@@ -147,20 +194,26 @@ def _add_values(maps: dict, a, b, alpha, beta) -> torch.Tensor:
 
 
 class _Add(torch.autograd.Function):
-    """alpha A + beta B on the union pattern; backward by gathers, so it differentiates again."""
+    """alpha A + beta B on the union pattern; backward by gathers, so it differentiates again.
+
+    setup_context style with jvp and vmap rules (torch.func composes with it)."""
 
     @staticmethod
-    def forward(ctx, maps, a, b, alpha, beta):
+    def forward(maps, a, b, alpha, beta):
+        return _add_values(maps, a.detach(), b.detach(), alpha.detach(), beta.detach())
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        maps, a, b, alpha, beta = inputs
         ctx.maps = maps
         ctx.save_for_backward(a, b, alpha, beta)
         ctx.save_for_forward(a, b, alpha, beta)
-        return _add_values(maps, a.detach(), b.detach(), alpha.detach(), beta.detach())
 
     @staticmethod
     def backward(ctx, g):
         a, b, alpha, beta = ctx.saved_tensors
         need = ctx.needs_input_grad
-        if not torch.is_grad_enabled() and _autograd._use_numba(g) \
+        if _autograd.plain(g, a, b, alpha, beta) and _autograd._use_numba(g) \
                 and not need[3] and not need[4]:  # first order, constant scalars: two Numba gathers
             maps, gn = ctx.maps, g.contiguous().numpy()
             grads = []
@@ -178,13 +231,23 @@ class _Add(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, _maps, da, db, dalpha, dbeta):
+        # through this Function again, so the tangent is differentiable too
         a, b, alpha, beta = ctx.saved_tensors
-        zero_a, zero_b = torch.zeros_like(a), torch.zeros_like(b)
-        tangent = _add_values(ctx.maps, zero_a if da is None else da, zero_b if db is None else db, alpha, beta)
+        maps = ctx.maps
+        tangent = _Add.apply(maps, torch.zeros_like(a) if da is None else da,
+                             torch.zeros_like(b) if db is None else db, alpha, beta)
         if dalpha is not None or dbeta is not None:
-            tangent = tangent + _add_values(ctx.maps, a, b, 0.0 if dalpha is None else dalpha,
-                                            0.0 if dbeta is None else dbeta)
+            tangent = tangent + _Add.apply(maps, a, b, torch.zeros_like(alpha) if dalpha is None else dalpha,
+                                           torch.zeros_like(beta) if dbeta is None else dbeta)
         return tangent
+
+    @staticmethod
+    def vmap(info, in_dims, maps, a, b, alpha, beta):
+        size = info.batch_size
+        a, b, alpha, beta = (_autograd.batch_first(t, d, size) for t, d in zip((a, b, alpha, beta), in_dims[1:]))
+        out = torch.zeros((size, maps["nnz"]), dtype=a.dtype, device=a.device)
+        out = out.index_add(1, maps["ta"], alpha[:, None] * a)
+        return out.index_add(1, maps["tb"], beta[:, None] * b), 0
 
 
 def scale(A: SparseMatrix, alpha: Scalar) -> SparseMatrix:
@@ -196,33 +259,29 @@ def scale(A: SparseMatrix, alpha: Scalar) -> SparseMatrix:
 def transpose(A: SparseMatrix) -> SparseMatrix:
     """A^T as CSR: a differentiable permutation of the values (A.T.T shares A's pattern)."""
     A = as_sparse_matrix(A, "A")
-    pattern, perm = A.pattern.transpose
-    return SparseMatrix._wrap(pattern, A.values[_index(perm, A.device, A.pattern, "perm")])
+    pattern = _transposed_pattern(A.pattern)
+    return SparseMatrix._wrap(pattern, A.values[pattern_index(A.pattern, "perm", A.device)])
 
 
 def diagonal(A: SparseMatrix) -> torch.Tensor:
     """The main diagonal as a dense vector (zero where not stored); gradient to the diagonal entries."""
     A = as_sparse_matrix(A, "A")
-    pos = A.pattern.diagonal_positions
-    found = _index(np.flatnonzero(pos >= 0), A.device, A.pattern, "diag_rows")
-    where = _index(pos[pos >= 0], A.device, A.pattern, "diag_pos")
-    out = torch.zeros(pos.shape[0], dtype=A.dtype, device=A.device)
+    found = pattern_index(A.pattern, "diag_rows", A.device)
+    where = pattern_index(A.pattern, "diag_pos", A.device)
+    out = torch.zeros(min(A.shape), dtype=A.dtype, device=A.device)
     return out.index_put((found,), A.values[where])
 
 
 def row_sum(A: SparseMatrix) -> torch.Tensor:
     """Sum of each row (A 1) as a dense vector."""
     A = as_sparse_matrix(A, "A")
-    rows = _index(A.pattern.rows, A.device, A.pattern, "rows")
+    rows = pattern_index(A.pattern, "rows", A.device)
     return torch.zeros(A.shape[0], dtype=A.dtype, device=A.device).index_add(0, rows, A.values)
 
 
 def identity(n: int, *, dtype: torch.dtype = torch.float64, device: Any = None) -> SparseMatrix:
     """The n x n identity as a SparseMatrix."""
-    from sparsad.ops.pattern import CSRPattern
-
-    pattern = CSRPattern(np.arange(n + 1), np.arange(n), (n, n), check=False)
-    return SparseMatrix._wrap(pattern, torch.ones(n, dtype=dtype, device=device))
+    return SparseMatrix._wrap(_identity_pattern(n), torch.ones(n, dtype=dtype, device=device))
 
 
 def scale_rows_cols(A: SparseMatrix, left: torch.Tensor | None, right: torch.Tensor | None) -> SparseMatrix:
@@ -231,10 +290,10 @@ def scale_rows_cols(A: SparseMatrix, left: torch.Tensor | None, right: torch.Ten
     values = A.values
     if left is not None:
         left = check_dense(A, left, "left", A.shape[0], 0, "length")
-        values = values * left[_index(A.pattern.rows, A.device, A.pattern, "rows")]
+        values = values * left[pattern_index(A.pattern, "rows", A.device)]
     if right is not None:
         right = check_dense(A, right, "right", A.shape[1], 0, "length")
-        values = values * right[_index(A.pattern.indices, A.device, A.pattern, "cols")]
+        values = values * right[pattern_index(A.pattern, "cols", A.device)]
     return SparseMatrix._wrap(A.pattern, values)
 
 

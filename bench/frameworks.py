@@ -1,0 +1,202 @@
+"""Layers written once in sparsad's language, run as framework ops: forward + backward time of the
+GCN layer A_hat (X W) and of a sparse attention layer (softmax over each node's neighbours), against
+torch.sparse, PyG-style scatter code (index_add_), jax.experimental.sparse (BCOO) and dense, on
+real graphs (Planetoid, SuiteSparse) from /work/shared/data. Single-threaded everywhere.
+
+    .venv/bin/python -m bench.frameworks [--quick]      # or: sparsad bench frameworks
+
+Writes bench/results/frameworks.csv and frameworks.png; ratios are times over the
+`sparsad.torch.compile_program` time of the same layer and matrix, in the same run.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+from bench.common import best_time, plot_bars, print_table, write_csv  # noqa: E402
+
+GCN_LAYER = """
+let XW = sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } } in
+sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<c, v> in XW(k)) { c -> a * v } }"""
+AGGREGATE = "sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<c, v> in H(k)) { c -> a * v } }"
+ATTENTION_LAYER = """
+sum(<i, r> in A) { i ->
+  let z = sum(<j, a> in r) exp(sum(<d, q> in Q(i)) q * K(j)(d)) in
+  sum(<j, a> in r)
+    let p = exp(sum(<d, q> in Q(i)) q * K(j)(d)) / z in
+    sum(<c, v> in V(j)) { c -> p * v } }"""
+DENSE_LIMIT = 5000  # the dense competitor only below this many nodes (n^2 doubles)
+
+
+def graphs(quick: bool) -> list[tuple[str, sp.csr_matrix]]:
+    """Normalised adjacency with self loops of real graphs (those present in the shared data)."""
+    found = []
+    try:
+        from sparsad.torch.planetoid import load_planetoid
+
+        for name in (["cora"] if quick else ["cora", "citeseer"]):
+            found.append((name, load_planetoid(name).adjacency))
+    except Exception as error:  # noqa: BLE001
+        print(f"(Planetoid unavailable: {error})")
+    from sparsad._data import load_suitesparse
+
+    for name in ([] if quick else ["DIMACS10/data", "AG-Monien/3elt", "DIMACS10/fe_4elt2"]):
+        try:
+            matrix = load_suitesparse(name)
+        except Exception as error:  # noqa: BLE001
+            print(f"({name} unavailable: {error})")
+            continue
+        if matrix is not None:
+            found.append((name, sp.csr_matrix(matrix)))
+    out = []
+    for name, adjacency in found:
+        adjacency = sp.csr_matrix((abs(adjacency) + abs(adjacency).T) > 0, dtype=np.float64)
+        adjacency = sp.csr_matrix(adjacency + sp.eye(adjacency.shape[0]))
+        scale = sp.diags(1.0 / np.sqrt(np.asarray(adjacency.sum(1)).ravel()))
+        a_hat = sp.csr_matrix(scale @ adjacency @ scale)
+        a_hat.sum_duplicates()
+        a_hat.sort_indices()
+        out.append((name, a_hat))
+    return out
+
+
+# -- PyTorch competitors ----------------------------------------------------------------------------
+def torch_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
+    import warnings
+
+    import torch
+
+    import sparsad.torch as st
+
+    n = a_hat.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(n, features, dtype=torch.float64, generator=gen)
+    W = torch.randn(features, hidden, dtype=torch.float64, generator=gen, requires_grad=True)
+    Q, K, V = (torch.randn(n, hidden, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(3))
+    A = st.SparseMatrix.from_scipy(a_hat)
+    rows = torch.as_tensor(A.pattern.rows)
+    cols = torch.as_tensor(A.pattern.indices.astype(np.int64))
+    vals = A.values.detach()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        A_csr = torch.sparse_csr_tensor(torch.as_tensor(a_hat.indptr, dtype=torch.int64), cols, vals, size=a_hat.shape)
+    dense = torch.as_tensor(a_hat.toarray()) if n <= DENSE_LIMIT else None
+    gcn = st.compile_program(GCN_LAYER, wrt=("W",), out_format="dense")
+    aggregate = st.compile_program(AGGREGATE, wrt=("H",), out_format="dense")
+    attention = st.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V"), out_format="dense")
+
+    def run(fn, *leaves):
+        """(forward + backward step, forward value for the agreement check)."""
+        def step():
+            out = fn()
+            torch.autograd.grad(out.square().sum(), leaves)
+        return step, lambda: fn().detach().numpy()
+
+    def scatter_gcn():
+        H = X @ W
+        return torch.zeros(n, hidden, dtype=H.dtype).index_add_(0, rows, vals[:, None] * H[cols])
+
+    def scatter_attention():  # PyG-style: gather, per-row softmax by scatter, scatter-add
+        scores = (Q[rows] * K[cols]).sum(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # index_reduce is "beta"
+            top = torch.zeros(n, dtype=scores.dtype).index_reduce_(0, rows, scores.detach(), "amax",
+                                                                    include_self=False)
+        weights = (scores - top[rows]).exp()
+        z = torch.zeros(n, dtype=scores.dtype).index_add_(0, rows, weights)
+        return torch.zeros(n, hidden, dtype=scores.dtype).index_add_(0, rows, (weights / z[rows])[:, None] * V[cols])
+
+    def dense_attention():
+        scores = (Q @ K.T).masked_fill(dense == 0, float("-inf"))
+        return torch.softmax(scores, 1) @ V
+
+    cases = {
+        ("gcn", "sparsad.torch.compile_program"): run(lambda: gcn(A=A, X=X, W=W), W),
+        ("gcn", "sparsad.torch (spmm op)"): run(lambda: A @ (X @ W), W),
+        ("gcn", "torch.sparse (CSR mm)"): run(lambda: A_csr @ (X @ W), W),
+        ("gcn", "index_add_ scatter"): run(scatter_gcn, W),
+        ("gcn", "program: aggregation only + torch X@W"): run(lambda: aggregate(A=A, H=X @ W), W),
+        ("attention", "sparsad.torch.compile_program"): run(lambda: attention(A=A, Q=Q, K=K, V=V), Q, K, V),
+        ("attention", "index_add_ scatter"): run(scatter_attention, Q, K, V),
+    }
+    if dense is not None:
+        cases[("gcn", "dense torch")] = run(lambda: dense @ (X @ W), W)
+        cases[("attention", "dense torch")] = run(dense_attention, Q, K, V)
+    return cases
+
+
+# -- JAX competitors ---------------------------------------------------------------------------------
+def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import sparse as jsparse
+
+    import sparsad.jax as sj
+
+    n = a_hat.shape[0]
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.standard_normal((n, features)))
+    W = jnp.asarray(rng.standard_normal((features, hidden)))
+    A = sj.SparseMatrix.from_scipy(a_hat, dtype=np.float64)
+    bcoo = jsparse.BCOO.from_scipy_sparse(a_hat)
+    gcn = sj.compile_program(GCN_LAYER, wrt=("W",))
+
+    def timed(forward):
+        step = jax.jit(jax.grad(lambda W: jnp.sum(forward(W) ** 2)))
+        return (lambda: step(W).block_until_ready()), lambda: np.asarray(forward(W))
+
+    return {
+        ("gcn", "sparsad.jax.compile_program"): timed(lambda W: gcn(A=A, X=X, W=W)),
+        ("gcn", "sparsad.jax (spmm op)"): timed(lambda W: sj.spmm(A, X @ W)),
+        ("gcn", "jax.experimental.sparse BCOO"): timed(lambda W: bcoo @ (X @ W)),
+    }
+
+
+def main(quick: bool = False) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        import numba
+
+        numba.set_num_threads(1)
+    except Exception:  # noqa: BLE001
+        pass
+    features, hidden = (32, 16) if quick else (64, 16)
+    rows = []
+    for name, a_hat in graphs(quick):
+        print(f"{name}: n={a_hat.shape[0]}, nnz={a_hat.nnz}", flush=True)
+        times, values = {}, {}
+        for key, (step, value) in torch_cases(a_hat, features, hidden).items():
+            times[key] = best_time(step, repeat=3 if quick else 7, warmup=2, budget_s=5 if quick else 20)
+            values[key] = value()
+        import jax
+
+        with jax.enable_x64(True):
+            for key, (step, value) in jax_cases(a_hat, features, hidden).items():
+                times[key] = best_time(step, repeat=3 if quick else 7, warmup=2, budget_s=5 if quick else 20)
+                values[key] = value()
+        for (layer, impl), seconds in times.items():
+            ours = (layer, "sparsad.torch.compile_program")
+            jax_ours = (layer, "sparsad.jax.compile_program")
+            # the JAX cases draw their own random inputs: compared with our JAX program
+            reference = values[jax_ours if "jax" in impl and jax_ours in values else ours]
+            rows.append({"matrix": name, "n": a_hat.shape[0], "nnz": a_hat.nnz, "layer": layer, "impl": impl,
+                         "ms": 1e3 * seconds, "time / compile_program": seconds / times[ours],
+                         "max |value - ours|": float(np.max(np.abs(values[(layer, impl)] - reference)))})
+    print_table(rows, ["matrix", "nnz", "layer", "impl", "ms", "time / compile_program", "max |value - ours|"])
+    path = write_csv("frameworks", rows)
+    plot = plot_bars("frameworks", [dict(r, label=f"{r['matrix']}:{r['layer']}:{r['impl']}") for r in rows
+                                    if r["impl"] != "sparsad.torch.compile_program"],
+                     "label", "time / compile_program",
+                     title="forward+backward time over sparsad.torch.compile_program (>1: ours faster)")
+    print(f"wrote {path} and {plot}")
+
+
+if __name__ == "__main__":
+    main(quick="--quick" in sys.argv)

@@ -1,0 +1,180 @@
+"""A GCN layer and a sparse (graph) attention layer written once in sparsad's language, trained
+in PyTorch (`sparsad.torch.compile_program`) and in a JAX/Optax loop (`sparsad.jax.compile_program`).
+
+Model: logits = Attention(A, Q=H Wq, K=H Wk, V=H Wv) with H = relu(GCN(A_hat, X, W1)), trained on
+node labels with cross-entropy and Adam. Cora (Planetoid) when /work/shared/data has it, else a
+random graph; `small=True` runs a tiny random graph for the tests.
+
+    python examples/frameworks_layers.py
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+#: A_hat (X W): one program, any framework.
+GCN_LAYER = """
+let XW = sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } } in
+sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<c, v> in XW(k)) { c -> a * v } }"""
+
+#: softmax over each row's stored neighbours of q_i . k_j, applied to V.
+ATTENTION_LAYER = """
+sum(<i, r> in A) { i ->
+  let z = sum(<j, a> in r) exp(sum(<d, q> in Q(i)) q * K(j)(d)) in
+  sum(<j, a> in r)
+    let p = exp(sum(<d, q> in Q(i)) q * K(j)(d)) / z in
+    sum(<c, v> in V(j)) { c -> p * v } }"""
+
+
+def graph(small: bool, seed: int = 0):
+    """(normalised adjacency with self loops, features, labels, classes)."""
+    rng = np.random.default_rng(seed)
+    data = None
+    if not small:
+        try:
+            from sparsad.torch.planetoid import load_planetoid
+
+            data = load_planetoid("cora")
+        except Exception:  # noqa: BLE001 - no shared data: a random graph instead
+            data = None
+    if data is not None:
+        adjacency, features, labels = data.adjacency, data.features.toarray(), data.labels
+    else:
+        n = 12 if small else 500
+        adjacency = sp.random(n, n, density=3.0 / n, random_state=seed, format="csr")
+        adjacency = ((adjacency + adjacency.T) > 0).astype(np.float64)
+        features = rng.standard_normal((n, 6 if small else 32))
+        labels = rng.integers(0, 3, n)
+    adjacency = sp.csr_matrix(adjacency + sp.eye(adjacency.shape[0]))
+    degree = np.asarray(adjacency.sum(1)).ravel()
+    scale = sp.diags(1.0 / np.sqrt(degree))
+    a_hat = sp.csr_matrix(scale @ adjacency @ scale)
+    a_hat.sort_indices()
+    return a_hat, features.astype(np.float64), np.asarray(labels), int(np.max(labels)) + 1
+
+
+def init(features: int, hidden: int, heads: int, classes: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    glorot = lambda a, b: rng.uniform(-1, 1, (a, b)) * np.sqrt(6.0 / (a + b))  # noqa: E731
+    return {"W1": glorot(features, hidden), "Wq": glorot(hidden, heads), "Wk": glorot(hidden, heads),
+            "Wv": glorot(hidden, classes)}
+
+
+# -- PyTorch ---------------------------------------------------------------------------------------
+def torch_model():
+    import torch
+
+    import sparsad.torch as st
+
+    gcn = st.compile_program(GCN_LAYER, wrt=("X", "W"), out_format="dense")
+    attention = st.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V"), out_format="dense")
+
+    def forward(A, X, params):
+        hidden = torch.relu(gcn(A=A, X=X, W=params["W1"]))
+        return attention(A=A, Q=hidden @ params["Wq"], K=hidden @ params["Wk"], V=hidden @ params["Wv"])
+
+    return forward
+
+
+def torch_dense_model():
+    """The same model on dense tensors (the reference for gradients)."""
+    import torch
+
+    def forward(A, X, params):
+        hidden = torch.relu(A @ (X @ params["W1"]))
+        scores = (hidden @ params["Wq"]) @ (hidden @ params["Wk"]).T
+        scores = scores.masked_fill(A == 0, float("-inf"))
+        return torch.softmax(scores, 1) @ (hidden @ params["Wv"])
+
+    return forward
+
+
+def train_torch(small: bool = True, epochs: int = 30, lr: float = 0.05) -> dict:
+    import torch
+
+    import sparsad.torch as st
+
+    a_hat, features, labels, classes = graph(small)
+    A = st.SparseMatrix.from_scipy(a_hat)
+    X, y = torch.as_tensor(features), torch.as_tensor(labels)
+    params = {k: torch.tensor(v, requires_grad=True) for k, v in init(X.shape[1], 16, 8, classes).items()}
+    forward = torch_model()
+    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    history = []
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(forward(A, X, params), y)
+        loss.backward()
+        optimizer.step()
+        history.append(loss.item())
+    return {"history": history, "params": params}
+
+
+# -- JAX / Optax -----------------------------------------------------------------------------------
+def jax_model():
+    import jax
+
+    import sparsad.jax as sj
+
+    gcn = sj.compile_program(GCN_LAYER, wrt=("X", "W"))
+    attention = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V"))
+
+    def forward(A, X, params):
+        hidden = jax.nn.relu(gcn(A=A, X=X, W=params["W1"]))
+        return attention(A=A, Q=hidden @ params["Wq"], K=hidden @ params["Wk"], V=hidden @ params["Wv"])
+
+    return forward
+
+
+def train_jax(small: bool = True, epochs: int = 30, lr: float = 0.05) -> dict:
+    """Needs float64 for the 1e-10 comparisons: run inside `with jax.enable_x64(True):`."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import sparsad.jax as sj
+
+    a_hat, features, labels, classes = graph(small)
+    A = sj.SparseMatrix.from_scipy(a_hat)
+    X, y = jnp.asarray(features), jnp.asarray(labels)
+    params = {k: jnp.asarray(v) for k, v in init(X.shape[1], 16, 8, classes).items()}
+    forward = jax_model()
+
+    def loss_fn(params):
+        return optax.softmax_cross_entropy_with_integer_labels(forward(A, X, params), y).mean()
+
+    optimizer = optax.adam(lr)
+    state = optimizer.init(params)
+
+    @jax.jit
+    def step(params, state):
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, state = optimizer.update(grads, state)
+        return optax.apply_updates(params, updates), state, loss
+
+    history = []
+    for _ in range(epochs):
+        params, state, loss = step(params, state)
+        history.append(float(loss))
+    return {"history": history, "params": params}
+
+
+def main(small: bool = False) -> dict:
+    import time
+
+    import jax
+
+    start = time.perf_counter()
+    torch_run = train_torch(small, epochs=10 if small else 100)
+    print(f"PyTorch: loss {torch_run['history'][0]:.4f} -> {torch_run['history'][-1]:.4f} "
+          f"({time.perf_counter() - start:.1f} s)")
+    start = time.perf_counter()
+    with jax.enable_x64(True):
+        jax_run = train_jax(small, epochs=10 if small else 100)
+    print(f"JAX/Optax: loss {jax_run['history'][0]:.4f} -> {jax_run['history'][-1]:.4f} "
+          f"({time.perf_counter() - start:.1f} s)")
+    return {"torch": torch_run, "jax": jax_run}
+
+
+if __name__ == "__main__":
+    main()

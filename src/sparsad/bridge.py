@@ -1,0 +1,76 @@
+"""Array plumbing shared by the framework bridges (sparsad.torch, sparsad.jax): reading a
+program's result (number, dense array or scipy.sparse matrix) as a dense array of a known shape
+or as values on a known CSR pattern, and building derivative programs for given input types.
+
+NumPy and SciPy only: the bridges convert to and from their own array types.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsad.errors import UnsupportedError
+from sparsad.ops.pattern import CSRPattern
+
+
+def canonical_csr(matrix) -> sp.csr_matrix:
+    csr = sp.csr_matrix(matrix, copy=True)
+    csr.sum_duplicates()
+    csr.sort_indices()
+    return csr
+
+
+def values_on(result: Any, pattern: CSRPattern) -> np.ndarray:
+    """The entries of `result` (scipy sparse, dense array or a zero) at `pattern`'s positions."""
+    if isinstance(result, (int, float, np.floating)) or result is None:
+        if result:
+            raise UnsupportedError(f"a derivative came back as the number {result} where a matrix was expected")
+        return np.zeros(pattern.nnz)
+    if sp.issparse(result):
+        csr = canonical_csr(result)
+        rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
+        keys = rows * np.int64(pattern.shape[1]) + csr.indices.astype(np.int64)
+        pos = np.minimum(np.searchsorted(keys, pattern.keys), max(keys.shape[0] - 1, 0))
+        found = keys[pos] == pattern.keys if keys.shape[0] else np.zeros(pattern.nnz, dtype=bool)
+        return np.where(found, csr.data[pos] if keys.shape[0] else 0.0, 0.0)
+    array = np.asarray(result)
+    if array.shape != pattern.shape and not np.any(array):  # an empty result: a zero derivative
+        return np.zeros(pattern.nnz)
+    if array.shape != pattern.shape:
+        raise UnsupportedError(f"a derivative came back with shape {array.shape} where {pattern.shape} was expected")
+    return array[pattern.rows, pattern.indices]
+
+
+def dense_result(result: Any, shape: tuple | None) -> np.ndarray:
+    if sp.issparse(result):
+        return result.toarray()
+    if isinstance(result, (int, float, np.floating, np.integer)) and shape:
+        if result:
+            raise UnsupportedError(f"a derivative came back as the number {result} where an array was expected")
+        return np.zeros(shape)
+    array = np.asarray(result, dtype=np.float64 if np.asarray(result).dtype.kind in "biu" else None)
+    if shape is not None and array.shape != tuple(shape) and not np.any(array):  # empty: zero
+        return np.zeros(shape)
+    if shape is not None and array.shape != tuple(shape):
+        raise UnsupportedError(f"the program returned shape {array.shape} where {tuple(shape)} was expected")
+    return array
+
+
+def derivative_expr(program: Any, kind: str, wrt: str, types: dict, seed: str):
+    """The vjp (cotangent input `seed`) or jvp (tangent input `seed`) program of `program` w.r.t.
+    `wrt` for the given input types, as an expression; None when it is identically zero."""
+    import sparsad
+    from sparsad.lang.syntax import EmptyDict
+
+    maker = sparsad.vjp(program, wrt=wrt, cotangent=seed) if kind == "vjp" else \
+        sparsad.jvp(program, wrt=wrt, tangent=seed)
+    expr = maker.exprs(types)[wrt]
+    return None if isinstance(expr, EmptyDict) else expr
+
+
+def fresh_name(base: str, taken: list[str]) -> str:
+    while base in taken:
+        base += "_"
+    return base

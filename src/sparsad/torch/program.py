@@ -1,0 +1,322 @@
+"""`compile_program`: any sparsad program as a differentiable PyTorch op.
+
+The forward pass runs the compiled program on NumPy/SciPy views of the inputs; the backward pass
+runs the program's vjp program and the forward-mode rule its jvp program, each itself wrapped as
+such an op, so gradients of gradients, `torch.func` transforms and forward-over-reverse work as
+far as sparsad can differentiate the derivative programs.
+
+Inputs: dense tensors, 0-d tensors (scalars), `SparseMatrix` and torch sparse COO/CSR tensors
+(gradients to their stored values: the masked convention), plus constant Python numbers, NumPy
+arrays and scipy.sparse matrices. Outputs: a tensor, a 0-d tensor, or a `SparseMatrix`.
+
+>>> import torch, sparsad.torch as st
+>>> dot = st.compile_program("sum(<i, a> in V1) a * V2(i)")
+>>> v1 = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+>>> out = dot(V1=v1, V2=torch.tensor([3.0, 4.0], dtype=torch.float64))
+>>> out.backward(); v1.grad
+tensor([3., 4.], dtype=torch.float64)
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from sparsad.errors import DTypeError, FormatError, InputError, ShapeError, UnsupportedError
+from sparsad.bridge import canonical_csr as _canonical, dense_result as _dense, values_on as _values_on
+from sparsad.ops.pattern import CSRPattern
+from sparsad.torch.matrix import SparseMatrix
+
+OUT_FORMATS = ("natural", "dense")
+#: errors about the caller's inputs: raised as they are, never retried in the interpreter
+_CALLER_ERRORS = (InputError, ShapeError, DTypeError, FormatError, MemoryError)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How one output is returned: "dense" (a tensor of `shape`, None when unknown), "pattern"
+    (the values of a SparseMatrix on a fixed `pattern`), or "natural" (decided by the result)."""
+
+    kind: str
+    shape: tuple | None = None
+    pattern: CSRPattern | None = None
+
+
+@dataclass
+class _Call:
+    """One call of a TorchProgram: what each flat tensor is, the constants, and (after forward)
+    the output's layout."""
+
+    owner: "TorchProgram"
+    names: tuple[str, ...]  # input name of each differentiable tensor
+    kinds: tuple[str, ...]  # "dense", "scalar" or "sparse" per tensor
+    patterns: tuple[CSRPattern | None, ...]
+    constants: dict[str, Any]
+    dtype: torch.dtype
+    layout: _Layout
+    out_pattern: CSRPattern | None = None
+    types: dict = field(default_factory=dict)
+
+    def numpy_inputs(self, tensors: Iterable[torch.Tensor]) -> dict[str, Any]:
+        inputs = dict(self.constants)
+        for name, kind, pattern, tensor in zip(self.names, self.kinds, self.patterns, tensors):
+            inputs[name] = _to_numpy(kind, pattern, tensor)
+        return inputs
+
+
+def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> Any:
+    array = tensor.detach().cpu().numpy()
+    if kind == "scalar":
+        return float(array)
+    if kind == "sparse":
+        return pattern.to_scipy(array)
+    return array
+
+
+class _ProgramFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(call: _Call, *tensors: torch.Tensor) -> torch.Tensor:
+        return call.owner._run_forward(call, tensors)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.call = inputs[0]
+        ctx.out_pattern = inputs[0].out_pattern
+        ctx.out_shape = tuple(output.shape)
+        ctx.save_for_backward(*inputs[1:])
+        ctx.save_for_forward(*inputs[1:])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        call, tensors = ctx.call, ctx.saved_tensors
+        grads = [call.owner._vjp(call, ctx.out_pattern, k, tensors, grad)
+                 if ctx.needs_input_grad[k + 1] and call.names[k] in call.owner.wrt else None
+                 for k in range(len(tensors))]
+        return (None, *grads)
+
+    @staticmethod
+    def jvp(ctx, _call, *tangents):
+        call, tensors = ctx.call, ctx.saved_tensors
+        total = None
+        for k, tangent in enumerate(tangents):
+            if tangent is not None:
+                if call.names[k] not in call.owner.wrt:
+                    if _surely_nonzero(tangent):  # torch.func hands zero tangents to every input
+                        raise InputError(f"a tangent was given for input {call.names[k]!r}, which is not in "
+                                         f"wrt={list(call.owner.wrt)}; add it to wrt")
+                    continue
+                part = call.owner._jvp(call, ctx.out_pattern, ctx.out_shape, k, tensors, tangent)
+                total = part if total is None else total + part
+        return total if total is not None else torch.zeros(ctx.out_shape, dtype=call.dtype)
+
+    @staticmethod
+    def vmap(info, in_dims, call: _Call, *tensors):
+        from sparsad.torch._autograd import batch_first
+
+        if all(d is None for d in in_dims[1:]):
+            return _ProgramFunction.apply(call, *tensors), None
+        columns = [batch_first(t, d, info.batch_size) for t, d in zip(tensors, in_dims[1:])]
+        results, first = [], None
+        for b in range(info.batch_size):
+            results.append(_ProgramFunction.apply(call, *(c[b] for c in columns)))
+            if first is None:
+                first = call.out_pattern
+            elif first is not None and not _same_pattern(first, call.out_pattern):
+                raise UnsupportedError("vmap over a program whose sparse output pattern depends on the batch; "
+                                       "call compile_program(..., out_format='dense')")
+        return torch.stack(results), 0
+
+
+def _surely_nonzero(tensor: torch.Tensor) -> bool:
+    """True when `tensor` can be read and has a nonzero entry (under vmap it cannot be read)."""
+    try:
+        return bool(tensor.detach().any())
+    except RuntimeError:
+        return False
+
+
+def _same_pattern(a: CSRPattern | None, b: CSRPattern | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+
+
+class TorchProgram:
+    """A sparsad program callable on torch tensors, differentiable in every tensor input (see the
+    module docstring). Build with `compile_program`."""
+
+    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural"):
+        import sparsad
+
+        if out_format not in OUT_FORMATS:
+            raise InputError(f"out_format={out_format!r} is not one of {OUT_FORMATS}")
+        self.program = sparsad.program(prog)
+        names = self.program.inputs
+        if wrt is None:
+            self.wrt = tuple(names)
+        else:
+            self.wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
+            unknown = [w for w in self.wrt if w not in names]
+            if unknown:
+                raise InputError(f"wrt names {unknown}, which the program does not read; its inputs are {names}")
+        self.layout = _Layout(out_format)
+        self._compiled = sparsad.compile(self.program)
+        self._derived: dict[tuple, "TorchProgram"] = {}
+        self._interpret = False
+
+    def __repr__(self) -> str:
+        return f"TorchProgram({self.program!r}, wrt={list(self.wrt)}, layout={self.layout.kind!r})"
+
+    # -- calling -----------------------------------------------------------------------------
+    def __call__(self, **inputs: Any) -> Any:
+        return self._call(inputs, self.layout)
+
+    def _call(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
+        self.program._check_inputs(inputs)
+        names, kinds, patterns, tensors, constants = [], [], [], [], {}
+        for name in sorted(inputs):
+            value = inputs[name]
+            if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+                value = SparseMatrix.from_torch(value)  # gradients flow back to the tensor's values
+            if isinstance(value, SparseMatrix):
+                kind, pattern, tensor = "sparse", value.pattern, value.values
+            elif isinstance(value, torch.Tensor):
+                if not value.is_floating_point():
+                    constants[name] = value.detach().cpu().numpy()
+                    continue
+                kind, pattern, tensor = ("scalar" if value.ndim == 0 else "dense"), None, value
+            elif isinstance(value, (bool, int, float, np.generic, np.ndarray)) or sp.issparse(value):
+                constants[name] = value
+                continue
+            else:
+                raise InputError(f"input {name!r} is a {type(value).__name__}; pass a torch tensor, a "
+                                 "SparseMatrix, a torch sparse tensor, a number, a NumPy array or a scipy.sparse matrix")
+            if name not in self.wrt and tensor.requires_grad and torch.is_grad_enabled():
+                raise InputError(f"input {name!r} requires grad but is not in wrt={list(self.wrt)}; add it "
+                                 f"to wrt or pass {name}.detach()")
+            # every tensor enters the Function (torch.func unwraps them there); those outside wrt
+            # get no gradient
+            names.append(name), kinds.append(kind), patterns.append(pattern), tensors.append(tensor)
+        dtypes = {t.dtype for t in tensors}
+        if dtypes - {torch.float32, torch.float64}:
+            raise DTypeError(f"tensor inputs must be float32 or float64, got {sorted(map(str, dtypes))}")
+        dtype = torch.float64 if (torch.float64 in dtypes or not dtypes) else torch.float32
+        call = _Call(self, tuple(names), tuple(kinds), tuple(patterns), constants, dtype, layout)
+        if not tensors:  # nothing to differentiate: run directly
+            return self._wrap(call, self._run_forward(call, ()))
+        return self._wrap(call, _ProgramFunction.apply(call, *tensors))
+
+    def _wrap(self, call: _Call, values: torch.Tensor) -> Any:
+        if call.out_pattern is not None and call.layout.kind == "natural":
+            return SparseMatrix._wrap(call.out_pattern, values)
+        return values
+
+    @torch.compiler.disable  # NumPy and Numba: a graph break under torch.compile, never a trace
+    def _run_forward(self, call: _Call, tensors) -> torch.Tensor:
+        from sparsad.lang.typecheck import value_type
+
+        inputs = call.numpy_inputs(tensors)
+        if not call.types:
+            call.types = {n: value_type(v) for n, v in inputs.items()}
+        result = self._run_numpy(inputs)
+        layout = call.layout
+        call.out_pattern = None
+        if layout.kind == "pattern":
+            call.out_pattern = layout.pattern
+            array = _values_on(result, layout.pattern)
+        elif layout.kind == "dense" or not sp.issparse(result):
+            if not (sp.issparse(result) or isinstance(result, (np.ndarray, int, float, np.generic))):
+                raise UnsupportedError(f"the program returns a {type(result).__name__}; compile_program supports "
+                                       "results that are numbers, arrays or sparse matrices")
+            array = _dense(result, layout.shape)
+        else:
+            if result.ndim != 2:
+                raise UnsupportedError("sparse results of order other than 2 are not supported; use out_format='dense'")
+            csr = _canonical(result)
+            call.out_pattern = CSRPattern(csr.indptr, csr.indices, csr.shape, check=False)
+            array = csr.data
+        return torch.as_tensor(np.array(array, order="C")).to(call.dtype)
+
+    def _run_numpy(self, inputs: dict[str, Any]) -> Any:
+        """The compiled kernel; if compiling fails inside sparsad (not on the caller's input), the
+        reference interpreter, with a warning, for this and later calls."""
+        if self._interpret:
+            return self.program(**inputs)
+        try:
+            return self._compiled(**inputs)
+        except _CALLER_ERRORS:
+            raise
+        except Exception as error:  # noqa: BLE001 - an internal compiler failure: fall back, loudly
+            warnings.warn(f"sparsad.torch.compile_program: compiling {self.program!r} failed "
+                          f"({type(error).__name__}: {error}); running it in the interpreter", stacklevel=2)
+            self._interpret = True
+            return self.program(**inputs)
+
+    # -- derivatives ---------------------------------------------------------------------------
+    def _derived_program(self, kind: str, name: str, call: _Call) -> tuple["TorchProgram | None", str]:
+        import sparsad
+        from sparsad.bridge import derivative_expr, fresh_name
+
+        seed = fresh_name("sparsad_seed", self.program.inputs)
+        key = (kind, name, tuple(sorted(call.types.items())))
+        if key not in self._derived:
+            # a derivative that is identically zero (the empty dictionary) is no program to run
+            expr = derivative_expr(self.program, kind, name, call.types, seed)
+            self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr))
+        return self._derived[key], seed
+
+    def _rebuild(self, call: _Call, tensors) -> dict[str, Any]:
+        inputs = dict(call.constants)
+        for name, kind, pattern, tensor in zip(call.names, call.kinds, call.patterns, tensors):
+            inputs[name] = SparseMatrix._wrap(pattern, tensor) if kind == "sparse" else tensor
+        return inputs
+
+    def _as_input(self, pattern: CSRPattern | None, tensor: torch.Tensor) -> Any:
+        return tensor if pattern is None else SparseMatrix._wrap(pattern, tensor)
+
+    def _vjp(self, call: _Call, out_pattern, k: int, tensors, grad: torch.Tensor) -> torch.Tensor:
+        name, kind, pattern = call.names[k], call.kinds[k], call.patterns[k]
+        layout = _Layout("pattern", pattern=pattern) if kind == "sparse" else _Layout("dense", tuple(tensors[k].shape))
+        derived, seed = self._derived_program("vjp", name, call)
+        if derived is None:
+            return torch.zeros_like(tensors[k])
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in derived.program.inputs}
+        if seed in derived.program.inputs:
+            inputs[seed] = self._as_input(out_pattern, grad)
+        if not derived.program.inputs or set(derived.program.inputs) - set(inputs):
+            return torch.zeros_like(tensors[k])  # the derivative program is a constant zero
+        return derived._call(inputs, layout).to(tensors[k].dtype)
+
+    def _jvp(self, call: _Call, out_pattern, out_shape, k: int, tensors, tangent: torch.Tensor) -> torch.Tensor:
+        name = call.names[k]
+        layout = _Layout("pattern", pattern=out_pattern) if out_pattern is not None else _Layout("dense", out_shape)
+        derived, seed = self._derived_program("jvp", name, call)
+        if derived is None:
+            return torch.zeros(out_shape, dtype=call.dtype)
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in derived.program.inputs}
+        if seed in derived.program.inputs:
+            inputs[seed] = self._as_input(call.patterns[k], tangent)
+        if not derived.program.inputs or set(derived.program.inputs) - set(inputs):
+            return torch.zeros(out_shape, dtype=call.dtype)
+        return derived._call(inputs, layout).to(call.dtype)
+
+
+def compile_program(prog: Any, wrt: str | Iterable[str] | None = None,
+                    out_format: str = "natural") -> TorchProgram:
+    """Any sparsad program (text, expression or Program) as a differentiable PyTorch op.
+
+    `wrt`: the inputs gradients flow to (default: every tensor input); a tensor input outside
+    `wrt` that requires grad is an error rather than a silent detach. `out_format="dense"` returns
+    a dense tensor even where the program's result is sparse.
+
+    >>> import torch, scipy.sparse as sp, sparsad.torch as st
+    >>> spmv = st.compile_program("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }", out_format="dense")
+    >>> A = st.SparseMatrix.from_scipy(sp.eye(2, format="csr") * 2.0, requires_grad=True)
+    >>> spmv(A=A, x=torch.ones(2, dtype=torch.float64))
+    tensor([2., 2.], dtype=torch.float64, grad_fn=<_ProgramFunctionBackward>)
+    """
+    return TorchProgram(prog, wrt, out_format)

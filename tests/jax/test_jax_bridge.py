@@ -1,0 +1,155 @@
+"""sparsad.jax: sparse linear algebra and compile_program under jit, grad, jvp, vmap, jacfwd,
+jacrev, against dense jax.numpy in float64 (x64 switched on only inside each test)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import sparsad.jax as sj  # noqa: E402
+
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _matrix(m, n, density, seed, shift=0.0, lower=False):
+    matrix = sp.random(m, n, density=density, format="csr", random_state=seed)
+    matrix.data = np.random.default_rng(seed).standard_normal(matrix.nnz)
+    if lower:
+        matrix = sp.tril(matrix, k=-1)
+    if shift:
+        matrix = matrix + shift * sp.eye(m, n)
+    return sj.SparseMatrix.from_scipy(matrix)
+
+
+def _on(S):
+    return S.pattern.rows, S.pattern.indices.astype(np.int64)
+
+
+def _case(name):
+    rng = np.random.default_rng(7)
+    A, B = _matrix(5, 4, 0.5, 1), _matrix(4, 3, 0.5, 2)
+    L = _matrix(5, 5, 0.4, 3, shift=3.0, lower=True)
+    M = _matrix(5, 5, 0.4, 4, shift=4.0)
+    S = sj.SparseMatrix.from_scipy(sp.csr_matrix(M.to_scipy() @ M.to_scipy().T + 5 * sp.eye(5)))
+    x, X, b = jnp.asarray(rng.standard_normal(4)), jnp.asarray(rng.standard_normal((4, 2))), jnp.asarray(
+        rng.standard_normal(5))
+    if name == "spmv":
+        return (lambda a, x: sj.spmv(A.with_values(a), x)), (lambda a, x: A.with_values(a).to_dense() @ x), (A.values, x)
+    if name == "spmm":
+        return (lambda a, X: sj.spmm(A.with_values(a), X)), (lambda a, X: A.with_values(a).to_dense() @ X), (A.values, X)
+    if name == "spgemm":
+        r, c = _on(sj.spgemm(A, B))
+        return ((lambda a, b: sj.spgemm(A.with_values(a), B.with_values(b)).values),
+                (lambda a, b: (A.with_values(a).to_dense() @ B.with_values(b).to_dense())[r, c]), (A.values, B.values))
+    if name == "add":
+        A2 = _matrix(5, 4, 0.3, 5)
+        r, c = _on(sj.add(A, A2))
+        return ((lambda a, a2: sj.add(A.with_values(a), A2.with_values(a2), 0.5, -2.0).values),
+                (lambda a, a2: (0.5 * A.with_values(a).to_dense() - 2.0 * A2.with_values(a2).to_dense())[r, c]),
+                (A.values, A2.values))
+    if name == "transpose":
+        r, c = _on(A.T)
+        return (lambda a: sj.transpose(A.with_values(a)).values), (lambda a: A.with_values(a).to_dense().T[r, c]), (A.values,)
+    if name == "triangular_solve":
+        return ((lambda v, b: sj.triangular_solve(L.with_values(v), b, lower=True)),
+                (lambda v, b: jnp.linalg.solve(L.with_values(v).to_dense(), b)), (L.values, b))
+    if name == "spsolve":
+        return ((lambda v, b: sj.spsolve(M.with_values(v), b)),
+                (lambda v, b: jnp.linalg.solve(M.with_values(v).to_dense(), b)), (M.values, b))
+    if name == "cg":  # symmetric values: the matrix is built from v and its transpose
+        perm = S.pattern.transpose[1]
+
+        def sym(v):
+            return 0.5 * (v + v[perm])
+        return ((lambda v, b: sj.cg(S.with_values(sym(v)), b, tol=1e-14)),
+                (lambda v, b: jnp.linalg.solve(S.with_values(sym(v)).to_dense(), b)), (S.values, b))
+    raise KeyError(name)
+
+
+OPS = ["spmv", "spmm", "spgemm", "add", "transpose", "triangular_solve", "spsolve", "cg"]
+
+
+def _close(got, want):
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(np.asarray(g), np.asarray(w), **TOL), got, want)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_op_under_every_transform_matches_dense(name):
+    f, dense, args = _case(name)
+    argnums = tuple(range(len(args)))
+    _close(jax.jit(f)(*args), dense(*args))
+    _close(jax.jit(jax.jacrev(f, argnums))(*args), jax.jacrev(dense, argnums)(*args))
+    _close(jax.jacfwd(f, argnums)(*args), jax.jacfwd(dense, argnums)(*args))
+    loss = lambda g: (lambda *a: jnp.sum(jnp.sin(g(*a))))  # noqa: E731
+    _close(jax.grad(loss(f), argnums)(*args), jax.grad(loss(dense), argnums)(*args))
+    tangents = tuple(jnp.cos(jnp.arange(t.size, dtype=t.dtype)).reshape(t.shape) for t in args)
+    _close(jax.jvp(f, args, tangents), jax.jvp(dense, args, tangents))
+    batched = jnp.stack([args[-1], 2.0 * args[-1] + 0.5])
+    in_axes = (None,) * (len(args) - 1) + (0,)
+    _close(jax.vmap(f, in_axes)(*args[:-1], batched), jax.vmap(dense, in_axes)(*args[:-1], batched))
+
+
+@pytest.mark.parametrize("name", ["spmv", "spgemm", "spsolve"])
+def test_second_derivatives_match_dense(name):
+    f, dense, args = _case(name)
+    loss = lambda g: (lambda a: jnp.sum(jnp.sin(g(a, *args[1:]))))  # noqa: E731
+    _close(jax.hessian(loss(f))(args[0]), jax.hessian(loss(dense))(args[0]))
+
+
+def test_bcoo_in_bcoo_out_and_errors():
+    from jax.experimental import sparse as jsparse
+
+    A = _matrix(5, 4, 0.5, 1)
+    bcoo = A.to_bcoo()
+    out = sj.spgemm(bcoo, sj.transpose(bcoo))
+    assert type(out).__name__ == "BCOO"
+    np.testing.assert_allclose(out.todense(), A.to_dense() @ A.to_dense().T, **TOL)
+    dense = jnp.asarray(np.random.default_rng(0).standard_normal((5, 4)))
+    dense = dense * (jnp.abs(dense) > 0.5)
+    via = sj.SparseMatrix.from_bcoo(jsparse.BCOO.fromdense(dense))
+    np.testing.assert_allclose(via.to_dense(), dense)
+    from sparsad.errors import InputError, ShapeError
+
+    with pytest.raises(InputError):
+        sj.spmv(dense, jnp.ones(4))
+    with pytest.raises(ShapeError):
+        sj.spmv(A, jnp.ones(5))
+
+
+GCN = """
+let XW = sum(<k, hr> in H) { k -> sum(<f, h> in hr) sum(<c, w> in W(f)) { c -> h * w } } in
+sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<c, v> in XW(k)) { c -> a * v } }"""
+ENERGY = "sum(<i, r> in A) { i -> sum(<j, a> in r) a * exp(x(i)) * sin(x(j)) }"
+
+
+def test_compile_program_under_every_transform():
+    A = _matrix(6, 6, 0.35, 9, shift=1.0)
+    rng = np.random.default_rng(3)
+    H, W = jnp.asarray(rng.standard_normal((6, 4))), jnp.asarray(rng.standard_normal((4, 3)))
+    gcn = sj.compile_program(GCN)
+    f = lambda a, H, W: gcn(A=A.with_values(a), H=H, W=W)  # noqa: E731
+    dense = lambda a, H, W: A.with_values(a).to_dense() @ (H @ W)  # noqa: E731
+    args = (A.values, H, W)
+    argnums = (0, 1, 2)
+    _close(jax.jit(f)(*args), dense(*args))
+    _close(jax.jit(jax.jacrev(f, argnums))(*args), jax.jacrev(dense, argnums)(*args))
+    _close(jax.jacfwd(f, argnums)(*args), jax.jacfwd(dense, argnums)(*args))
+    tangents = tuple(jnp.ones_like(t) for t in args)
+    _close(jax.jvp(f, args, tangents), jax.jvp(dense, args, tangents))
+    batched = jnp.stack([W, -W])
+    _close(jax.vmap(f, (None, None, 0))(A.values, H, batched), jax.vmap(dense, (None, None, 0))(A.values, H, batched))
+
+    energy = sj.compile_program(ENERGY, wrt="x")
+    x = jnp.asarray(rng.standard_normal(6))
+    g = lambda x: jnp.sum(energy(A=A, x=x) ** 2)  # noqa: E731
+    gd = lambda x: jnp.sum(((A.to_dense() * jnp.outer(jnp.exp(x), jnp.sin(x))).sum(1)) ** 2)  # noqa: E731
+    _close(jax.jit(jax.grad(g))(x), jax.grad(gd)(x))
