@@ -117,7 +117,7 @@ def test_unsupported_programs_fall_back_with_a_warning(monkeypatch):
     program = compile_program("let t = sum(<i, r> in A) { i -> r * 2.0 } in "
                               "sum(<k, u> in A) sum(<l, w> in u) t(l)(k) * w")
     A = sp.random(5, 5, density=0.5, format="csr", random_state=3)
-    with pytest.warns(UserWarning, match="running the optimized program in the interpreter"):
+    with pytest.warns(sparsad.FallbackWarning, match="runs the optimized program in the interpreter"):
         value = program(A=A)
     dense_a = A.toarray()
     assert value == pytest.approx(2.0 * np.sum(dense_a.T * dense_a))

@@ -10,6 +10,9 @@ from sparsad.errors import (
     DensifyWarning,
     DerivativeRuleError,
     DTypeError,
+    FallbackWarning,
+    InternalError,
+    OptimizationWarning,
     FormatError,
     InputError,
     ProgramError,
@@ -30,5 +33,6 @@ __all__ = [
     "Program", "program", "errors", "Derivative", "grad", "jacobian", "jvp", "vjp",
     "compile", "CompiledProgram", "formats", "StoredTensor", "as_format", "from_arrays", "from_logical",
     "SparsadError", "ProgramError", "ProgramTypeError", "InputError", "FormatError", "ShapeError",
-    "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning",
+    "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning", "FallbackWarning",
+    "OptimizationWarning", "InternalError",
 ]
