@@ -132,3 +132,61 @@ def test_bad_indices_never_reach_a_kernel():
     good = sp.random(2, 9, density=0.5, format="csr", random_state=0)
     with pytest.raises((sparsad.FormatError, sparsad.ShapeError, sparsad.InputError)):
         spmv(A=good, x=np.ones(3))  # x too short for A's columns
+
+
+# -- n-d COO, and reuse of unchanged inputs across calls -------------------------------------------
+
+def _random_tensor(shape, density, seed):
+    rng = np.random.default_rng(seed)
+    dense = np.where(rng.random(shape) < density, rng.standard_normal(shape), 0.0)
+    return dense
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csf"])
+def test_order_3_and_4_tensors_in_coo_and_csf_compile(fmt):
+    import warnings
+
+    T = _random_tensor((5, 4, 3), 0.3, 1)
+    rng = np.random.default_rng(2)
+    B, C = rng.standard_normal((4, 2)), rng.standard_normal((3, 2))
+    mttkrp = ("sum(<i, t1> in T) { i -> sum(<j, t2> in t1) sum(<k, t> in t2) sum(<r, b> in B(j)) "
+              "{ r -> t * b * C(k)(r) } }")
+    loss = "sum(<i, t1> in T) sum(<j, t2> in t1) sum(<k, t> in t2) sum(<r, b> in B(j)) t * b * C(k)(r)"
+    stored = sparsad.as_format(T, fmt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        got = compile_program(mttkrp)(T=stored, B=B, C=C)
+        grad_b = sparsad.grad(loss, "B")(T=stored, B=B, C=C)
+        T4 = _random_tensor((3, 4, 2, 3), 0.3, 3)
+        norm = compile_program("sum(<i, a> in T) sum(<j, b> in a) sum(<k, c> in b) sum(<l, t> in c) t * t")(
+            T=sparsad.as_format(T4, fmt))
+    got = got.toarray() if sp.issparse(got) else got
+    assert np.allclose(got, np.einsum("ijk,jr,kr->ir", T, B, C), rtol=1e-12)
+    assert isinstance(grad_b, np.ndarray) and np.allclose(grad_b, np.einsum("ijk,kr->jr", T, C), rtol=1e-12)
+    assert norm == pytest.approx(float(np.sum(T4 * T4)), rel=1e-12)
+
+
+def test_unchanged_scipy_inputs_are_converted_once_and_changes_in_place_are_seen(monkeypatch):
+    import sparsad.formats.convert as convert
+
+    A = sp.random(30, 20, density=0.2, format="csr", random_state=5)
+    x = np.random.default_rng(0).standard_normal(20)
+    smv = compile_program("sum(<i, r> in A) sum(<j, a> in r) a * x(j) * x(j)")
+    calls = []
+    original = convert._from_scipy
+    monkeypatch.setattr(convert, "_from_scipy", lambda *a, **k: calls.append(1) or original(*a, **k))
+    assert smv(A=A, x=x) == pytest.approx(float((A @ (x * x)).sum()), rel=1e-12)
+    smv(A=A, x=x)
+    assert len(calls) == 1  # the second call reused the conversion
+    A.data *= 2.0  # values changed in place
+    assert smv(A=A, x=x) == pytest.approx(float((A @ (x * x)).sum()), rel=1e-12)
+    A.indices[:] = (A.indices + 1) % 20  # the structure changed in place (now possibly unsorted)
+    A.has_sorted_indices = False
+    expected = float((A @ (x * x)).sum())
+    assert smv(A=A, x=x) == pytest.approx(expected, rel=1e-12)
+    assert len(calls) >= 2  # converted (and validated) again
+    bad = A.copy()
+    smv(A=bad, x=x)
+    bad.indices[0] = 99  # out of range, in place: validated again, our own error
+    with pytest.raises(sparsad.FormatError):
+        smv(A=bad, x=x)

@@ -16,6 +16,7 @@ import numpy as np
 
 from sparsad.errors import FallbackWarning, InputError, SparsadError, UnsupportedError
 from sparsad.formats import StoredTensor, as_format
+from sparsad.formats.levels import Singleton
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.printer import to_text
 from sparsad.lang.program import Program, program as make_program, to_natural
@@ -65,6 +66,9 @@ class CompiledProgram(Program):
         self.passes = frozenset(passes)
         self._build = build  # types -> logical expr (derivatives build per input types)
         self._plans: dict[tuple, dict] = {}
+        from sparsad.codegen.reuse import ConversionCache
+
+        self._conversions = ConversionCache()  # unchanged inputs are converted once
         self._signatures: dict[tuple, tuple] = {}  # cheap per-call signature -> (plan key, types)
         self._formats: list = []
         self._last: dict | None = None
@@ -84,8 +88,11 @@ class CompiledProgram(Program):
                 raise UnsupportedError(f"input {name!r} is a nested dict; compiled programs take arrays, "
                                        "scipy.sparse matrices or formats (use interpret=True for dicts)")
             fmt = self.formats.get(name) or _default_format(value)
-            stored[name] = value if isinstance(value, StoredTensor) and name not in self.formats \
-                else as_format(value, fmt, name=name)
+            if isinstance(value, StoredTensor) and name not in self.formats and not _needs_levels(value):
+                stored[name] = value
+                continue
+            stored[name] = self._conversions.stored(
+                name, value, fmt, lambda v=value, f=fmt, n=name: _iterable(as_format(v, f, name=n), n))
         return stored, scalars
 
     def _store_fast(self, inputs: Mapping[str, Any]):
@@ -94,7 +101,7 @@ class CompiledProgram(Program):
         stored, scalars = {}, {}
         for name, value in inputs.items():
             kind = type(value)
-            if kind is StoredTensor and name not in self.formats:
+            if kind is StoredTensor and name not in self.formats and not _needs_levels(value):
                 stored[name] = value
             elif kind is float or kind is int:
                 scalars[name] = value
@@ -207,6 +214,17 @@ class CompiledProgram(Program):
 
     def __repr__(self) -> str:
         return f"CompiledProgram({self.base!r}, formats={self.formats}, output={self.output!r})"
+
+
+def _needs_levels(tensor: StoredTensor) -> bool:
+    """True for an n-d COO (order >= 3): code generation iterates it through its CSF form."""
+    return tensor.ndim >= 3 and any(isinstance(level, Singleton) for level in tensor.format.levels)
+
+
+def _iterable(tensor: StoredTensor, name: str) -> StoredTensor:
+    """The tensor in a format whose levels loops can walk one mode at a time: an n-d COO becomes
+    CSF (O(nnz), once per unchanged input); every other format is kept."""
+    return as_format(tensor, "csf", name=name) if _needs_levels(tensor) else tensor
 
 
 def _short(text: str, limit: int = 60) -> str:
