@@ -190,3 +190,46 @@ def test_unchanged_scipy_inputs_are_converted_once_and_changes_in_place_are_seen
     bad.indices[0] = 99  # out of range, in place: validated again, our own error
     with pytest.raises(sparsad.FormatError):
         smv(A=bad, x=x)
+
+
+# -- sub-arrays and range sums compile; forward mode takes sum(<_, i> in (lo:hi)) ------------------
+
+@pytest.mark.parametrize("lo,hi", [(2, 5), (5, 12), (0, 0), (3, 3)])
+def test_sub_arrays_of_dense_vectors_compile_and_match_numpy(lo, hi):
+    import warnings
+
+    x = np.random.default_rng(lo * 7 + hi).standard_normal(8)
+    text = "sum(<i, a> in x(lo:hi)) a * a * i"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        const = compile_program(text.replace("lo:hi", f"{lo}:{hi}"))(x=x)
+        dynamic = compile_program(text)(x=x, lo=lo, hi=hi)
+        grad = sparsad.grad(text, "x")(x=x, lo=lo, hi=hi)
+    keys = np.arange(8)
+    inside = (keys >= lo) & (keys < hi)
+    assert const == pytest.approx(float(np.sum(x[inside] ** 2 * keys[inside])), rel=1e-12, abs=1e-12)
+    assert dynamic == pytest.approx(const, rel=1e-12, abs=1e-12)
+    assert isinstance(grad, np.ndarray) and np.allclose(grad, 2 * x * keys * inside, rtol=1e-12)
+
+
+def test_row_slices_and_range_sums_compile_in_every_derivative_kind():
+    import warnings
+
+    rng = np.random.default_rng(3)
+    A = sp.random(6, 8, density=0.5, format="csr", random_state=1)
+    x, dx = rng.standard_normal(8), rng.standard_normal(8)
+    suffix = "sum(<i, r> in A) sum(<j, a> in r) a * (sum(<k, y> in x(j:m)) y)"
+    ranged = "sum(<_, i> in (1:6)) x(i) * x(i)"
+    suffix_sums = np.array([x[j:6].sum() for j in range(8)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        value = compile_program(suffix)(A=A, x=x, m=6)
+        grad = sparsad.grad(suffix, "x")(A=A, x=x, m=6)
+        tangent = sparsad.jvp(ranged, "x", tangent="dx")(x=x, dx=dx)
+        cotangent = sparsad.vjp(ranged, "x", cotangent="c")(x=x, c=3.0)
+    colsum = np.asarray(A.sum(axis=0)).ravel()
+    assert value == pytest.approx(float(colsum @ suffix_sums), rel=1e-12)
+    expected = np.array([colsum[: min(k, 5) + 1].sum() if k < 6 else 0.0 for k in range(8)])
+    assert np.allclose(grad, expected, rtol=1e-12)
+    assert tangent == pytest.approx(float(2 * x[1:6] @ dx[1:6]), rel=1e-12)
+    assert np.allclose(cotangent, 3.0 * 2 * x * ((np.arange(8) >= 1) & (np.arange(8) < 6)), rtol=1e-12)
