@@ -145,12 +145,16 @@ class CompiledProgram(Program):
     def _make_plan(self, logical_types: dict, stored: dict, dense: bool = False) -> dict:
         """Optimize and generate code for one signature of the inputs (types, formats, dtypes).
         `dense`: the result is dense (a derivative w.r.t. a dense input) and becomes an ndarray."""
-        logical = self._build(logical_types) if self._build else self.expr
+        logical = (self._build(logical_types, dense) if dense else self._build(logical_types)) \
+            if self._build else self.expr
         result_type = infer(logical, logical_types)  # the user's type errors surface here
         shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
         if shape is not None and any(e is None for e in shape):
             shape = None
-        output = "dense" if dense and shape is not None and self.output == "auto" else self.output
+        dense = dense and isinstance(result_type, Dict) and len(extents(result_type)) == stored[self.dense_like].ndim
+        if dense:  # a derivative on the pattern of a dense input has that input's shape
+            shape = tuple(stored[self.dense_like].shape)
+        output = "dense" if dense and self.output == "auto" else self.output
         plan = dict(logical=logical, physical=None, stages={}, kernel=None, result_type=result_type,
                     shape=shape, reason=None, derived=(), natural="dense" if output == "dense" else "natural")
         try:

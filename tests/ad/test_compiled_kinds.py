@@ -112,3 +112,27 @@ def test_gradients_with_respect_to_dense_operands_are_ndarrays_both_ways(data):
 def test_forward_mode_by_directions_says_it_is_interpreted(data):
     with pytest.warns(sparsad.FallbackWarning, match="mode='forward'"):
         sparsad.grad(LSQ, "x", mode="forward")(A=data["A"], x=data["x"], y=data["y"])
+
+
+GCN = ("sum(<i, r> in A) let h = sum(<j, a> in r) sum(<k, x> in X(j)) { k -> a * x } in "
+       "sum(<k, hv> in h) sum(<c, w> in W(k)) hv * w * hv * w")
+
+
+def test_gcn_layer_gradients_with_respect_to_dense_weights_and_features(data):
+    A = data["A"]
+    rng = data["rng"]
+    X, W = rng.standard_normal((6, 4)), rng.standard_normal((4, 3))
+    H = A @ X
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        grad_w = sparsad.grad(GCN, "W")(A=A, X=X, W=W)
+        grad_x = sparsad.grad(GCN, "X")(A=A, X=X, W=W)
+        grad_a = sparsad.grad(GCN, "A")(A=A, X=X, W=W)
+    assert isinstance(grad_w, np.ndarray) and grad_w.shape == W.shape
+    assert np.allclose(grad_w, 2 * W * (H ** 2).sum(axis=0)[:, None], rtol=1e-12)
+    assert isinstance(grad_x, np.ndarray)
+    assert np.allclose(grad_x, A.T @ (2 * H * (W ** 2).sum(axis=1)[None, :]), rtol=1e-12)
+    full = (2 * H * (W ** 2).sum(axis=1)[None, :]) @ X.T  # d/dA_ij before masking
+    assert sp.issparse(grad_a) and np.allclose(grad_a.toarray(), full * (A != 0).toarray(), rtol=1e-12)
+    interpreted = sparsad.grad(GCN, "W", interpret=True)(A=A, X=X, W=W)
+    assert isinstance(interpreted, np.ndarray) and np.allclose(interpreted, grad_w, rtol=1e-12)

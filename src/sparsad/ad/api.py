@@ -185,7 +185,7 @@ class Derivative(Program):
                                                   passes=self.passes, label=label,
                                                   extra_inputs=(self.seed_name,) if self.seed_name else (),
                                                   dense_like=wrt if self.kind in ("grad", "vjp") else None,
-                                                  build=lambda types, w=wrt: self._build(w, types))
+                                                  build=lambda types, dense=False, w=wrt: self._build(w, types, dense))
         return self._compiled[wrt]
 
     def compiled(self, formats=None, output: str = "auto", passes=None) -> "Derivative":
@@ -217,7 +217,9 @@ class Derivative(Program):
             return "reverse"
         return "reverse" if isinstance(out, (Real, Zero)) else "tensorized"
 
-    def _build(self, wrt: str, types: dict[str, Type]) -> Expr:
+    def _build(self, wrt: str, types: dict[str, Type], dense_wrt: bool = False) -> Expr:
+        """The derivative program w.r.t. `wrt`. `dense_wrt`: wrt is stored dense, so its pattern is
+        every entry and the adjoint needs no masking (it then accumulates straight into the result)."""
         expr = self.primal.expr
         mode = self.resolved_mode(types)
         if self.kind == "jvp" or mode == "forward":
@@ -235,7 +237,7 @@ class Derivative(Program):
             if self.kind == "vjp":
                 all_types[self.seed_name] = out
             adjoint = reverse(expr, wrt, seed, all_types)
-            if only_iterated(expr, wrt, _order(types[wrt])):
+            if dense_wrt or only_iterated(expr, wrt, _order(types[wrt])):
                 return eliminate_dead_lets(inline_atoms(adjoint))  # already on wrt's pattern
             return eliminate_dead_lets(inline_atoms(mask_to_pattern(adjoint, wrt, _order(types[wrt]))))
         if mode == "tensorized":
