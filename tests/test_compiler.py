@@ -117,7 +117,7 @@ def test_unsupported_programs_fall_back_with_a_warning(monkeypatch):
     program = compile_program("let t = sum(<i, r> in A) { i -> r * 2.0 } in "
                               "sum(<k, u> in A) sum(<l, w> in u) t(l)(k) * w")
     A = sp.random(5, 5, density=0.5, format="csr", random_state=3)
-    with pytest.warns(UserWarning, match="running the optimized program in the interpreter"):
+    with pytest.warns(sparsad.FallbackWarning, match="runs the optimized program in the interpreter"):
         value = program(A=A)
     dense_a = A.toarray()
     assert value == pytest.approx(2.0 * np.sum(dense_a.T * dense_a))
@@ -132,3 +132,104 @@ def test_bad_indices_never_reach_a_kernel():
     good = sp.random(2, 9, density=0.5, format="csr", random_state=0)
     with pytest.raises((sparsad.FormatError, sparsad.ShapeError, sparsad.InputError)):
         spmv(A=good, x=np.ones(3))  # x too short for A's columns
+
+
+# -- n-d COO, and reuse of unchanged inputs across calls -------------------------------------------
+
+def _random_tensor(shape, density, seed):
+    rng = np.random.default_rng(seed)
+    dense = np.where(rng.random(shape) < density, rng.standard_normal(shape), 0.0)
+    return dense
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csf"])
+def test_order_3_and_4_tensors_in_coo_and_csf_compile(fmt):
+    import warnings
+
+    T = _random_tensor((5, 4, 3), 0.3, 1)
+    rng = np.random.default_rng(2)
+    B, C = rng.standard_normal((4, 2)), rng.standard_normal((3, 2))
+    mttkrp = ("sum(<i, t1> in T) { i -> sum(<j, t2> in t1) sum(<k, t> in t2) sum(<r, b> in B(j)) "
+              "{ r -> t * b * C(k)(r) } }")
+    loss = "sum(<i, t1> in T) sum(<j, t2> in t1) sum(<k, t> in t2) sum(<r, b> in B(j)) t * b * C(k)(r)"
+    stored = sparsad.as_format(T, fmt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        got = compile_program(mttkrp)(T=stored, B=B, C=C)
+        grad_b = sparsad.grad(loss, "B")(T=stored, B=B, C=C)
+        T4 = _random_tensor((3, 4, 2, 3), 0.3, 3)
+        norm = compile_program("sum(<i, a> in T) sum(<j, b> in a) sum(<k, c> in b) sum(<l, t> in c) t * t")(
+            T=sparsad.as_format(T4, fmt))
+    got = got.toarray() if sp.issparse(got) else got
+    assert np.allclose(got, np.einsum("ijk,jr,kr->ir", T, B, C), rtol=1e-12)
+    assert isinstance(grad_b, np.ndarray) and np.allclose(grad_b, np.einsum("ijk,kr->jr", T, C), rtol=1e-12)
+    assert norm == pytest.approx(float(np.sum(T4 * T4)), rel=1e-12)
+
+
+def test_unchanged_scipy_inputs_are_converted_once_and_changes_in_place_are_seen(monkeypatch):
+    import sparsad.formats.convert as convert
+
+    A = sp.random(30, 20, density=0.2, format="csr", random_state=5)
+    x = np.random.default_rng(0).standard_normal(20)
+    smv = compile_program("sum(<i, r> in A) sum(<j, a> in r) a * x(j) * x(j)")
+    calls = []
+    original = convert._from_scipy
+    monkeypatch.setattr(convert, "_from_scipy", lambda *a, **k: calls.append(1) or original(*a, **k))
+    assert smv(A=A, x=x) == pytest.approx(float((A @ (x * x)).sum()), rel=1e-12)
+    smv(A=A, x=x)
+    assert len(calls) == 1  # the second call reused the conversion
+    A.data *= 2.0  # values changed in place
+    assert smv(A=A, x=x) == pytest.approx(float((A @ (x * x)).sum()), rel=1e-12)
+    A.indices[:] = (A.indices + 1) % 20  # the structure changed in place (now possibly unsorted)
+    A.has_sorted_indices = False
+    expected = float((A @ (x * x)).sum())
+    assert smv(A=A, x=x) == pytest.approx(expected, rel=1e-12)
+    assert len(calls) >= 2  # converted (and validated) again
+    bad = A.copy()
+    smv(A=bad, x=x)
+    bad.indices[0] = 99  # out of range, in place: validated again, our own error
+    with pytest.raises(sparsad.FormatError):
+        smv(A=bad, x=x)
+
+
+# -- sub-arrays and range sums compile; forward mode takes sum(<_, i> in (lo:hi)) ------------------
+
+@pytest.mark.parametrize("lo,hi", [(2, 5), (5, 12), (0, 0), (3, 3)])
+def test_sub_arrays_of_dense_vectors_compile_and_match_numpy(lo, hi):
+    import warnings
+
+    x = np.random.default_rng(lo * 7 + hi).standard_normal(8)
+    text = "sum(<i, a> in x(lo:hi)) a * a * i"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        const = compile_program(text.replace("lo:hi", f"{lo}:{hi}"))(x=x)
+        dynamic = compile_program(text)(x=x, lo=lo, hi=hi)
+        grad = sparsad.grad(text, "x")(x=x, lo=lo, hi=hi)
+    keys = np.arange(8)
+    inside = (keys >= lo) & (keys < hi)
+    assert const == pytest.approx(float(np.sum(x[inside] ** 2 * keys[inside])), rel=1e-12, abs=1e-12)
+    assert dynamic == pytest.approx(const, rel=1e-12, abs=1e-12)
+    assert isinstance(grad, np.ndarray) and np.allclose(grad, 2 * x * keys * inside, rtol=1e-12)
+
+
+def test_row_slices_and_range_sums_compile_in_every_derivative_kind():
+    import warnings
+
+    rng = np.random.default_rng(3)
+    A = sp.random(6, 8, density=0.5, format="csr", random_state=1)
+    x, dx = rng.standard_normal(8), rng.standard_normal(8)
+    suffix = "sum(<i, r> in A) sum(<j, a> in r) a * (sum(<k, y> in x(j:m)) y)"
+    ranged = "sum(<_, i> in (1:6)) x(i) * x(i)"
+    suffix_sums = np.array([x[j:6].sum() for j in range(8)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        value = compile_program(suffix)(A=A, x=x, m=6)
+        grad = sparsad.grad(suffix, "x")(A=A, x=x, m=6)
+        tangent = sparsad.jvp(ranged, "x", tangent="dx")(x=x, dx=dx)
+        cotangent = sparsad.vjp(ranged, "x", cotangent="c")(x=x, c=3.0)
+    colsum = np.asarray(A.sum(axis=0)).ravel()
+    assert value == pytest.approx(float(colsum @ suffix_sums), rel=1e-12)
+    expected = np.array([colsum[: min(k, 5) + 1].sum() if k < 6 else 0.0 for k in range(8)])
+    assert np.allclose(grad, expected, rtol=1e-12)
+    assert tangent == pytest.approx(float(2 * x[1:6] @ dx[1:6]), rel=1e-12)
+    assert np.allclose(cotangent, 3.0 * 2 * x * ((np.arange(8) >= 1) & (np.arange(8) < 6)), rtol=1e-12)

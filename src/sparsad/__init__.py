@@ -10,6 +10,9 @@ from sparsad.errors import (
     DensifyWarning,
     DerivativeRuleError,
     DTypeError,
+    FallbackWarning,
+    InternalError,
+    OptimizationWarning,
     FormatError,
     InputError,
     MemoryLimitError,
@@ -34,4 +37,6 @@ __all__ = [
     "SparsadError", "ProgramError", "ProgramTypeError", "InputError", "FormatError", "ShapeError",
     "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning",
     "MemoryLimitError", "OptionError",
+    "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning", "FallbackWarning",
+    "OptimizationWarning", "InternalError",
 ]

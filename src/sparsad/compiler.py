@@ -4,7 +4,8 @@
               -> codegen (loop IR -> Python -> numba.njit) -> kernel(physical arrays)
 
 Kernels are cached per (program, formats, dtypes). A program that code generation cannot
-handle runs the optimized physical program in the interpreter, with a one-line warning.
+handle runs the optimized physical program in the interpreter, and a program the optimizer fails
+on runs as written in the interpreter; both with a `FallbackWarning` naming the program and why.
 """
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsad.errors import InputError, OptionError, UnsupportedError, check_option, did_you_mean
+from sparsad.errors import (FallbackWarning, InputError, OptionError, SparsadError, UnsupportedError, check_option,
+                            did_you_mean)
 from sparsad.formats import StoredTensor, as_format
+from sparsad.formats.levels import Singleton
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.printer import to_text
 from sparsad.lang.program import OUT_FORMATS, Program, program as make_program, to_natural
@@ -48,8 +51,13 @@ class CompiledProgram(Program):
     """A program that runs as a compiled kernel on its inputs' own storage formats."""
 
     def __init__(self, expr_source: "Program | str | Expr", formats: Mapping[str, str] | None = None,
-                 output: str = "auto", build=None, passes=OPTIONAL_PASSES):
+                 output: str = "auto", build=None, passes=OPTIONAL_PASSES, label: str | None = None,
+                 extra_inputs: tuple[str, ...] = (), dense_like: str | None = None):
         base = make_program(expr_source)
+        # a derivative on the pattern of input `dense_like`: a dense ndarray when that input is dense
+        self.dense_like = dense_like
+        self.extra_inputs = tuple(extra_inputs)  # a derivative's tangent or cotangent
+        self.label = label or f"program `{_short(base.text())}`"  # names the program in warnings
         self.base = base
         self.expr = base.expr
         self.source = base.source
@@ -59,13 +67,16 @@ class CompiledProgram(Program):
         self.passes = frozenset(passes)
         self._build = build  # types -> logical expr (derivatives build per input types)
         self._plans: dict[tuple, dict] = {}
+        from sparsad.codegen.reuse import ConversionCache
+
+        self._conversions = ConversionCache()  # unchanged inputs are converted once
         self._signatures: dict[tuple, tuple] = {}  # cheap per-call signature -> (plan key, types)
         self._formats: list = []
         self._last: dict | None = None
 
     @property
     def inputs(self) -> list[str]:
-        return self.base.inputs
+        return sorted(set(self.base.inputs) | set(self.extra_inputs)) if self.extra_inputs else self.base.inputs
 
     def store(self, inputs: Mapping[str, Any]) -> tuple[dict[str, StoredTensor], dict[str, Any]]:
         """Split inputs into stored tensors (in their formats) and scalars."""
@@ -78,8 +89,11 @@ class CompiledProgram(Program):
                 raise UnsupportedError(f"input {name!r} is a nested dict; compiled programs take arrays, "
                                        "scipy.sparse matrices or formats (use interpret=True for dicts)")
             fmt = self.formats.get(name) or _default_format(value)
-            stored[name] = value if isinstance(value, StoredTensor) and name not in self.formats \
-                else as_format(value, fmt, name=name)
+            if isinstance(value, StoredTensor) and name not in self.formats and not _needs_levels(value):
+                stored[name] = value
+                continue
+            stored[name] = self._conversions.stored(
+                name, value, fmt, lambda v=value, f=fmt, n=name: _iterable(as_format(v, f, name=n), n))
         return stored, scalars
 
     def _store_fast(self, inputs: Mapping[str, Any]):
@@ -88,7 +102,7 @@ class CompiledProgram(Program):
         stored, scalars = {}, {}
         for name, value in inputs.items():
             kind = type(value)
-            if kind is StoredTensor and name not in self.formats:
+            if kind is StoredTensor and name not in self.formats and not _needs_levels(value):
                 stored[name] = value
             elif kind is float or kind is int:
                 scalars[name] = value
@@ -113,29 +127,13 @@ class CompiledProgram(Program):
             found = self._signatures[signature] = (key, logical_types)
         key, logical_types = found
         if key not in self._plans:
-            logical = self._build(logical_types) if self._build else self.expr
-            physical, stages = optimize(logical, logical_types, stored, self.passes)
-            _, array_types = physical_inputs(stored)
-            physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
-            derived = derivation_spec(physical, physical_types)  # arrays `interchange` reads
-            physical_types.update(derived_types(physical, physical_types))
-            result_type = infer(logical, logical_types)
-            shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
-            if shape is not None and any(e is None for e in shape):
-                shape = None
-            kernel, reason = None, None
-            try:
-                from sparsad.codegen import compile_physical
-
-                kernel = compile_physical(physical, physical_types, output=self.output, shape=shape)
-            except UnsupportedError as error:
-                reason = str(error)
-                warnings.warn(f"sparsad.compile: running the optimized program in the interpreter "
-                              f"({reason})", stacklevel=3)
-            self._plans[key] = dict(logical=logical, physical=physical, stages=stages, kernel=kernel,
-                                    result_type=result_type, shape=shape, reason=reason,
-                                    derived=derived)
+            dense = self.dense_like in stored and stored[self.dense_like].format.is_dense
+            self._plans[key] = self._make_plan(logical_types, stored, dense)
         plan = self._plans[key]
+        if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
+            plan["inputs"] = dict(inputs)
+            self._last = plan
+            return plan
         arrays = dict(scalars)
         for name, tensor in stored.items():
             arrays.update(tensor.physical_arrays(name))
@@ -145,6 +143,48 @@ class CompiledProgram(Program):
         self._last = plan
         return plan
 
+    def _make_plan(self, logical_types: dict, stored: dict, dense: bool = False) -> dict:
+        """Optimize and generate code for one signature of the inputs (types, formats, dtypes).
+        `dense`: the result is dense (a derivative w.r.t. a dense input) and becomes an ndarray."""
+        logical = (self._build(logical_types, dense) if dense else self._build(logical_types)) \
+            if self._build else self.expr
+        result_type = infer(logical, logical_types)  # the user's type errors surface here
+        shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
+        if shape is not None and any(e is None for e in shape):
+            shape = None
+        dense = dense and isinstance(result_type, Dict) and len(extents(result_type)) == stored[self.dense_like].ndim
+        if dense:  # a derivative on the pattern of a dense input has that input's shape
+            shape = tuple(stored[self.dense_like].shape)
+        output = "dense" if dense and self.output == "auto" else self.output
+        plan = dict(logical=logical, physical=None, stages={}, kernel=None, result_type=result_type,
+                    shape=shape, reason=None, derived=(), natural="dense" if output == "dense" else "natural")
+        try:
+            physical, stages = optimize(logical, logical_types, stored, self.passes, where=f" on {self.label}")
+            _, array_types = physical_inputs(stored)
+            physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
+            derived = derivation_spec(physical, physical_types)  # arrays `interchange` reads
+            physical_types.update(derived_types(physical, physical_types))
+        except Exception as error:  # noqa: BLE001 - an optimizer fault must not become the user's error
+            plan["reason"] = f"the optimizer failed: {type(error).__name__}: {error}"
+            self._fall_back(plan["reason"], "the program as written")
+            return plan
+        plan.update(physical=physical, stages=stages, derived=derived)
+        try:
+            from sparsad.codegen import compile_physical
+
+            plan["kernel"] = compile_physical(physical, physical_types, output=output, shape=shape)
+        except Exception as error:  # noqa: BLE001
+            if isinstance(error, SparsadError) and not isinstance(error, UnsupportedError):
+                raise
+            plan["reason"] = str(error) if isinstance(error, UnsupportedError) else \
+                f"code generation failed: {type(error).__name__}: {error}"
+            self._fall_back(plan["reason"], "the optimized program")
+        return plan
+
+    def _fall_back(self, reason: str, what: str) -> None:
+        warnings.warn(f"sparsad.compile: {self.label} runs {what} in the interpreter, not as a compiled "
+                      f"kernel ({_short(reason, 300)})", FallbackWarning, stacklevel=5)
+
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
         check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
@@ -152,7 +192,12 @@ class CompiledProgram(Program):
         if plan["kernel"] is not None:
             result = plan["kernel"].run(plan["arrays"])
             return _convert(result, plan, out_format)
-        value = evaluate(plan["physical"], plan["arrays"])
+        if plan["physical"] is None:
+            value = evaluate(plan["logical"], plan.pop("inputs"))
+        else:
+            value = evaluate(plan["physical"], plan["arrays"])
+        if out_format == "natural":
+            out_format = plan["natural"]
         return value if out_format == "value" else to_natural(value, plan["result_type"], out_format)
 
     def show(self, stage: str = "code") -> str:
@@ -166,7 +211,7 @@ class CompiledProgram(Program):
             kernel = self._last["kernel"]
             return kernel.source if kernel is not None else f"# interpreted: {self._last['reason']}"
         if stage in ("optimized", "physical"):
-            return to_text(self._last["physical"])
+            return to_text(self._last["physical"] if self._last["physical"] is not None else self._last["logical"])
         if stage == "derivative":
             return to_text(self._last["logical"])
         if stage in self._last["stages"]:
@@ -175,6 +220,23 @@ class CompiledProgram(Program):
 
     def __repr__(self) -> str:
         return f"CompiledProgram({self.base!r}, formats={self.formats}, output={self.output!r})"
+
+
+def _needs_levels(tensor: StoredTensor) -> bool:
+    """True for an n-d COO (order >= 3): code generation iterates it through its CSF form."""
+    return tensor.ndim >= 3 and any(isinstance(level, Singleton) for level in tensor.format.levels)
+
+
+def _iterable(tensor: StoredTensor, name: str) -> StoredTensor:
+    """The tensor in a format whose levels loops can walk one mode at a time: an n-d COO becomes
+    CSF (O(nnz), once per unchanged input); every other format is kept."""
+    return as_format(tensor, "csf", name=name) if _needs_levels(tensor) else tensor
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """One line of at most `limit` characters, for warnings."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _convert(result: Any, plan: dict, out_format: str) -> Any:

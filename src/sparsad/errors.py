@@ -76,6 +76,18 @@ class OptionError(SparsadError, ValueError):
 
 class MemoryLimitError(SparsadError, MemoryError):
     """An output or intermediate would exceed the memory limit (sparsad.memory); nothing was allocated."""
+class FallbackWarning(UserWarning):
+    """A compiled program or derivative runs in the reference interpreter instead of a kernel;
+    the message names the program and the reason. (`interpret=True` asks for it and warns nothing.)"""
+
+
+class OptimizationWarning(UserWarning):
+    """An optional optimization pass failed inside and was skipped (the stage before it is kept);
+    the message names the pass. The result is still right, perhaps slower."""
+
+
+class InternalError(SparsadError, RuntimeError):
+    """A stage of the compiler produced an ill-formed program: a bug of sparsad, not of the user."""
 
 
 class DensifyWarning(UserWarning):

@@ -198,7 +198,8 @@ def test_equality_saturation_hoists_invariant_factors_and_lets():
 
 
 def test_equality_saturation_removes_singleton_sums_and_lookups():
-    assert to_text(saturate(parse("sum(<k, v> in { 3 -> a }) v * b"))).startswith("let")
+    eliminated = to_text(saturate(parse("sum(<k, v> in { 3 -> a }) v * b")))
+    assert "sum" not in eliminated and "let" in eliminated, eliminated
     assert "if" in to_text(saturate(parse("{ i -> a }(j)")))
     moved = saturate(parse("sum(<i, a> in V) (if i = 2 then a) * beta"), sizes={"V": 100})
     inputs = {"V": {0: 1.0, 2: 5.0}, "beta": 3.0}

@@ -178,9 +178,14 @@ class Derivative(Program):
         from sparsad.compiler import CompiledProgram
 
         if wrt not in self._compiled:
+            from sparsad.compiler import _short
+
+            label = f"{self.kind} w.r.t. {wrt} of `{_short(self.primal.text())}`"
             self._compiled[wrt] = CompiledProgram(self.primal, formats=self.formats, output=self.output,
-                                                  passes=self.passes,
-                                                  build=lambda types, w=wrt: self._build(w, types))
+                                                  passes=self.passes, label=label,
+                                                  extra_inputs=(self.seed_name,) if self.seed_name else (),
+                                                  dense_like=wrt if self.kind in ("grad", "vjp") else None,
+                                                  build=lambda types, dense=False, w=wrt: self._build(w, types, dense))
         return self._compiled[wrt]
 
     def compiled(self, formats=None, output: str = "auto", passes=None) -> "Derivative":
@@ -212,7 +217,9 @@ class Derivative(Program):
             return "reverse"
         return "reverse" if isinstance(out, (Real, Zero)) else "tensorized"
 
-    def _build(self, wrt: str, types: dict[str, Type]) -> Expr:
+    def _build(self, wrt: str, types: dict[str, Type], dense_wrt: bool = False) -> Expr:
+        """The derivative program w.r.t. `wrt`. `dense_wrt`: wrt is stored dense, so its pattern is
+        every entry and the adjoint needs no masking (it then accumulates straight into the result)."""
         expr = self.primal.expr
         mode = self.resolved_mode(types)
         if self.kind == "jvp" or mode == "forward":
@@ -230,7 +237,7 @@ class Derivative(Program):
             if self.kind == "vjp":
                 all_types[self.seed_name] = out
             adjoint = reverse(expr, wrt, seed, all_types)
-            if only_iterated(expr, wrt, _order(types[wrt])):
+            if dense_wrt or only_iterated(expr, wrt, _order(types[wrt])):
                 return eliminate_dead_lets(inline_atoms(adjoint))  # already on wrt's pattern
             return eliminate_dead_lets(inline_atoms(mask_to_pattern(adjoint, wrt, _order(types[wrt]))))
         if mode == "tensorized":
@@ -243,12 +250,23 @@ class Derivative(Program):
         primal_names = self.primal._input_names()
         primal_inputs = {k: v for k, v in inputs.items() if k in primal_names}
         results = {}
-        # grad and jacobian resolve to reverse or tensorized mode unless mode="forward" is asked
-        compiled = not self.interpret and self.kind in ("grad", "jacobian") and self.mode != "forward"
-        if compiled:
+        # every kind compiles but grad/jacobian in mode="forward" (one interpreted pass per direction)
+        by_directions = self.kind in ("grad", "jacobian") and self.mode == "forward"
+        if not self.interpret and not by_directions:
+            if self.seed_name:
+                primal_inputs[self.seed_name] = inputs[self.seed_name]
             if len(self.wrt) == 1:
                 return self._compiled_for(self.wrt[0])(out_format=out_format, **primal_inputs)
             return {w: self._compiled_for(w)(out_format=out_format, **primal_inputs) for w in self.wrt}
+        if not self.interpret:
+            import warnings
+
+            from sparsad.compiler import _short
+            from sparsad.errors import FallbackWarning
+
+            warnings.warn(f"sparsad: {self.kind} of `{_short(self.primal.text())}` in mode='forward' runs in "
+                          "the interpreter, one pass per entry of the input (use the default mode to compile)",
+                          FallbackWarning, stacklevel=2)
         types = {name: value_type(value) for name, value in primal_inputs.items()}
         types.update(self.declared)
         for wrt, expr in self.exprs(types).items():
@@ -262,8 +280,25 @@ class Derivative(Program):
                     env_types[tangent_name(wrt) if self.seed_name is None else self.seed_name] = types[wrt]
                 value = evaluate(expr, inputs)
                 result_type = _result_type(expr, env_types, self.output_type(types), types[wrt], self.kind)
+            if out_format == "natural":
+                out_format = self._natural_format(wrt, inputs, result_type)
             results[wrt] = value if out_format == "value" else to_natural(value, result_type, out_format)
         return results[self.wrt[0]] if len(self.wrt) == 1 else results
+
+    def _natural_format(self, wrt: str, inputs: Mapping[str, Any], result_type: Type) -> str:
+        """The output type the compiled derivative gives, decided by types and formats, never by
+        values: a gradient or vjp w.r.t. a dense input is an ndarray; other matrices are CSR."""
+        import numpy as np
+
+        from sparsad.formats import StoredTensor
+
+        value = inputs.get(wrt)
+        dense = isinstance(value, np.ndarray) or (isinstance(value, StoredTensor) and value.format.is_dense)
+        if self.kind in ("grad", "vjp") and dense:
+            return "dense"
+        if self.kind in ("grad", "vjp", "jvp") and tensor_order(result_type) == 2:
+            return "csr"
+        return "natural"
 
     def _forward_by_directions(self, expr, wrt, inputs, types):
         """Scalar forward mode, one pass per entry of wrt (n passes: for testing and small inputs)."""
@@ -354,11 +389,28 @@ def jacobian(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto"
     return Derivative(make_program(prog), _names(wrt), "jacobian", mode, interpret=interpret)
 
 
-def jvp(prog: "Program | str", wrt: str, tangent: str | None = None) -> Derivative:
-    """Forward mode along one direction: call with the inputs plus the tangent (default name `wrt'`)."""
-    return Derivative(make_program(prog), (wrt,), "jvp", "forward", tangent or tangent_name(wrt))
+def jvp(prog: "Program | str", wrt: str, tangent: str | None = None, interpret: bool = False) -> Derivative:
+    """Forward mode along one direction: call with the inputs plus the tangent (default name `wrt'`).
+
+    Compiled like `grad`; `interpret=True` runs the derivative program in the interpreter.
+
+    >>> import numpy as np
+    >>> f = jvp("sum(<i, a> in V1) a * V2(i) * V2(i)", wrt="V2", tangent="dV2")
+    >>> float(f(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]), dV2=np.array([1.0, 0.0])))
+    6.0
+    """
+    return Derivative(make_program(prog), (wrt,), "jvp", "forward", tangent or tangent_name(wrt),
+                      interpret=interpret)
 
 
-def vjp(prog: "Program | str", wrt: str, cotangent: str = "cotangent") -> Derivative:
-    """Reverse mode from an output cotangent: call with the inputs plus `cotangent`."""
-    return Derivative(make_program(prog), (wrt,), "vjp", "reverse", cotangent)
+def vjp(prog: "Program | str", wrt: str, cotangent: str = "cotangent", interpret: bool = False) -> Derivative:
+    """Reverse mode from an output cotangent: call with the inputs plus `cotangent`.
+
+    Compiled like `grad`; `interpret=True` runs the derivative program in the interpreter.
+
+    >>> import numpy as np
+    >>> f = vjp("sum(<i, a> in V) { i -> a * a }", wrt="V")
+    >>> f(V=np.array([1.0, 2.0]), cotangent=np.array([1.0, 10.0]))
+    array([ 2., 40.])
+    """
+    return Derivative(make_program(prog), (wrt,), "vjp", "reverse", cotangent, interpret=interpret)

@@ -58,6 +58,8 @@ class _Forward:
             case Binary(op="=" | "<"):
                 return EmptyDict()
             case Sum(key=k, val=v, source=s, body=b):
+                if k == "_" and v != "_":  # the value's tangent is read at the key: name it
+                    k = self.fresh("k")
                 inner = self
                 if self.tau is not None:
                     source_type = self._type(s)

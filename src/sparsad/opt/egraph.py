@@ -1,23 +1,30 @@
 """Equality saturation with egglog: loop-invariant factors and lets leave their loops.
 
-The program (binders renamed apart) is encoded as an egglog term. Rules are data:
+The program (binders renamed apart) is encoded as an egglog term. Rules are data (egglog text):
 sum factorization (a factor that does not read the loop's key or value moves out), let hoisting,
 sums over `+` (sum merging), distributivity and associativity of `*`, elimination of sums over
 singletons, lookups of singletons, and if-to-multiplication. (Vertical fusion and let inlining,
 which substitute under binders, are term rewrites in `opt.fuse`.) Independence of a term from a binder
 is a relation derived bottom-up, so the rules need no negation. Extraction uses a cost model
 that counts loop nesting: a sum costs its source plus the estimated size of the source times
-its body. Saturation is bounded in iterations and time.
+its body. Saturation is bounded by a number of iterations and of rule matches, never by
+wall-clock time, so that every process finds the same program.
+
+Determinism and trust: names, operators and constants enter the e-graph as integer codes of a
+per-call table (first-use order), the e-graph is built from egglog source text, and the cheapest
+term is extracted here from the serialized e-graph with ties broken by a fixed order. (egglog 13's
+Python expression layer at times stored a literal of another node when building large terms,
+`let lookup = ...` or `unknown binary operator 'j_15'`, at random from one process to the next.)
 """
 from __future__ import annotations
 
-import time
+import json
+import math
 from typing import Mapping
 
-from egglog import (EGraph, Expr as EggExpr, String, StringLike, f64, f64Like, i64, i64Like, eq, ne,
-                    relation, rule, ruleset, union, vars_, get_callable_args, get_callable_fn,
-                    get_literal_value)
+from egglog import bindings
 
+from sparsad.errors import SparsadError
 from sparsad.lang.names import Fresh, all_names, desugar_let_tuples, rename_bound
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, Lookup, Neg, Not,
                                  Range, Singleton, SubArray, Sum, Unique, Var)
@@ -25,102 +32,92 @@ from sparsad.lang.types import Type
 
 DEFAULT_SIZE = 100.0
 BUILD_COST = 4.0
+MATCH_BUDGET = 200_000  # rule matches over the whole saturation (a deterministic size bound)
+
+# operators the rules name have fixed codes; every other name, operator or constant gets the next one
+SINGLE, LOOKUP, IF, EQUAL = 0, 1, 2, 3
+FIXED_SYMBOLS = ("single", "lookup", "if", "=")
 
 
-class Term(EggExpr):
-    @classmethod
-    def var(cls, name: StringLike) -> "Term": ...
-    @classmethod
-    def real(cls, value: f64Like) -> "Term": ...
-    @classmethod
-    def integer(cls, value: i64Like) -> "Term": ...
-    @classmethod
-    def boolean(cls, value: i64Like) -> "Term": ...
-    @classmethod
-    def empty(cls) -> "Term": ...
-    @classmethod
-    def op1(cls, op: StringLike, a: "Term") -> "Term": ...
-    @classmethod
-    def op2(cls, op: StringLike, a: "Term", b: "Term") -> "Term": ...
-    @classmethod
-    def op3(cls, op: StringLike, a: "Term", b: "Term", c: "Term") -> "Term": ...
-    @classmethod
-    def let_(cls, name: StringLike, value: "Term", body: "Term") -> "Term": ...
-    @classmethod
-    def sum(cls, key: StringLike, val: StringLike, source: "Term", body: "Term", size: f64Like) -> "Term": ...
-    def __add__(self, other: "Term") -> "Term": ...
-    def __mul__(self, other: "Term") -> "Term": ...
+class SaturationError(SparsadError, RuntimeError):
+    """Equality saturation failed inside (an internal fault, never the user's error)."""
 
 
-indep = relation("indep", Term, String)      # indep(t, x): t does not read the binder x
-binder = relation("binder", String)
+class Symbols:
+    """A per-call table of one program's names, operators and constants, in first-use order."""
 
-_t, _a, _b, _c, _s, _body = vars_("t a b c s body", Term)
-_k, _v, _x, _y, _o = vars_("k v x y o", String)
-_n, _r = vars_("n r", f64)
-(_i,) = vars_("i", i64)
+    def __init__(self):
+        self.items: list = list(FIXED_SYMBOLS)
+        self.codes: dict = {("name", n): i for i, n in enumerate(self.items)}
 
-INDEPENDENCE_RULES = ruleset(
-    rule(eq(_t).to(Term.var(_y)), binder(_x), ne(_x).to(_y)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.real(_r)), binder(_x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.empty()), binder(_x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.integer(_i)), binder(_x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.boolean(_i)), binder(_x)).then(indep(_t, _x)),
-    rule(eq(_t).to(_a + _b), indep(_a, _x), indep(_b, _x)).then(indep(_t, _x)),
-    rule(eq(_t).to(_a * _b), indep(_a, _x), indep(_b, _x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.op1(_o, _a)), indep(_a, _x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.op2(_o, _a, _b)), indep(_a, _x), indep(_b, _x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.op3(_o, _a, _b, _c)), indep(_a, _x), indep(_b, _x), indep(_c, _x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.let_(_y, _a, _b)), indep(_a, _x), indep(_b, _x)).then(indep(_t, _x)),
-    rule(eq(_t).to(Term.sum(_k, _v, _s, _body, _n)), indep(_s, _x), indep(_body, _x)).then(indep(_t, _x)),
-)
+    def code(self, item, kind: str = "name") -> int:
+        key = (kind, float(item).hex() if kind == "real" else item)
+        if key not in self.codes:
+            self.codes[key] = len(self.items)
+            self.items.append(item)
+        return self.codes[key]
 
-REWRITE_RULES = ruleset(
+    def __getitem__(self, code: int):
+        return self.items[code]
+
+
+DECLARATIONS = """
+(datatype Term
+  (Var i64) (Real i64) (Int i64) (Bool i64) (Empty)
+  (Add Term Term) (Mul Term Term)
+  (Op1 i64 Term) (Op2 i64 Term Term) (Op3 i64 Term Term Term)
+  (Let i64 Term Term)
+  (Sum i64 i64 Term Term i64))
+(relation indep (Term i64))
+(relation binder (i64))
+(relation root (Term))
+(ruleset independence)
+(ruleset rewrites)
+"""
+
+# indep(t, x): t does not read the binder x (derived bottom-up, so rules need no negation)
+INDEPENDENCE_RULES = [
+    "((= t (Var y)) (binder x) (!= x y)) ((indep t x))",
+    "((= t (Real r)) (binder x)) ((indep t x))",
+    "((= t (Int r)) (binder x)) ((indep t x))",
+    "((= t (Bool r)) (binder x)) ((indep t x))",
+    "((= t (Empty)) (binder x)) ((indep t x))",
+    "((= t (Add a b)) (indep a x) (indep b x)) ((indep t x))",
+    "((= t (Mul a b)) (indep a x) (indep b x)) ((indep t x))",
+    "((= t (Op1 o a)) (indep a x)) ((indep t x))",
+    "((= t (Op2 o a b)) (indep a x) (indep b x)) ((indep t x))",
+    "((= t (Op3 o a b c)) (indep a x) (indep b x) (indep c x)) ((indep t x))",
+    "((= t (Let y a b)) (indep a x) (indep b x)) ((indep t x))",
+    "((= t (Sum k v s b n)) (indep s x) (indep b x)) ((indep t x))",
+]
+
+REWRITE_RULES = [
     # sum factorization: sum(..) c * b = c * sum(..) b, when c reads neither key nor value
-    rule(eq(_t).to(Term.sum(_k, _v, _s, _c * _b, _n)), indep(_c, _k), indep(_c, _v))
-    .then(union(_t).with_(_c * Term.sum(_k, _v, _s, _b, _n))),
-    rule(eq(_t).to(Term.sum(_k, _v, _s, _b * _c, _n)), indep(_c, _k), indep(_c, _v))
-    .then(union(_t).with_(Term.sum(_k, _v, _s, _b, _n) * _c)),
+    "((= t (Sum k v s (Mul c b) n)) (indep c k) (indep c v)) ((union t (Mul c (Sum k v s b n))))",
+    "((= t (Sum k v s (Mul b c) n)) (indep c k) (indep c v)) ((union t (Mul (Sum k v s b n) c)))",
     # loop-invariant hoisting of a let
-    rule(eq(_t).to(Term.sum(_k, _v, _s, Term.let_(_y, _a, _b), _n)), indep(_a, _k), indep(_a, _v))
-    .then(union(_t).with_(Term.let_(_y, _a, Term.sum(_k, _v, _s, _b, _n)))),
+    "((= t (Sum k v s (Let y a b) n)) (indep a k) (indep a v)) ((union t (Let y a (Sum k v s b n))))",
     # a sum of a + is a + of sums, and back (sum merging)
-    rule(eq(_t).to(Term.sum(_k, _v, _s, _a + _b, _n)))
-    .then(union(_t).with_(Term.sum(_k, _v, _s, _a, _n) + Term.sum(_k, _v, _s, _b, _n))),
-    rule(eq(_t).to(Term.sum(_k, _v, _s, _a, _n) + Term.sum(_k, _v, _s, _b, _n)))
-    .then(union(_t).with_(Term.sum(_k, _v, _s, _a + _b, _n))),
+    "((= t (Sum k v s (Add a b) n))) ((union t (Add (Sum k v s a n) (Sum k v s b n))))",
+    "((= t (Add (Sum k v s a n) (Sum k v s b n)))) ((union t (Sum k v s (Add a b) n)))",
     # * distributes over + and is associative (the semi-ring; ⊗ is associative too)
-    rule(eq(_t).to(_c * (_a + _b))).then(union(_t).with_(_c * _a + _c * _b)),
-    rule(eq(_t).to((_a + _b) * _c)).then(union(_t).with_(_a * _c + _b * _c)),
-    rule(eq(_t).to((_a * _b) * _c)).then(union(_t).with_(_a * (_b * _c))),
-    rule(eq(_t).to(_a * (_b * _c))).then(union(_t).with_((_a * _b) * _c)),
+    "((= t (Mul c (Add a b)))) ((union t (Add (Mul c a) (Mul c b))))",
+    "((= t (Mul (Add a b) c))) ((union t (Add (Mul a c) (Mul b c))))",
+    "((= t (Mul (Mul a b) c))) ((union t (Mul a (Mul b c))))",
+    "((= t (Mul a (Mul b c)))) ((union t (Mul (Mul a b) c)))",
     # elimination of a sum over a singleton, and the lookup of a singleton
-    rule(eq(_t).to(Term.sum(_k, _v, Term.op2("single", _a, _b), _body, _n)))
-    .then(union(_t).with_(Term.let_(_k, _a, Term.let_(_v, _b, _body)))),
-    rule(eq(_t).to(Term.op2("lookup", Term.op2("single", _a, _b), _c)))
-    .then(union(_t).with_(Term.op3("if", Term.op2("=", _a, _c), _b, Term.empty()))),
-    # if-to-multiplication: a factor moves into (or out of) an else-less conditional
-    rule(eq(_t).to(Term.op3("if", _c, _a, Term.empty()) * _b))
-    .then(union(_t).with_(Term.op3("if", _c, _a * _b, Term.empty()))),
-    rule(eq(_t).to(_b * Term.op3("if", _c, _a, Term.empty())))
-    .then(union(_t).with_(Term.op3("if", _c, _b * _a, Term.empty()))),
-)
+    f"((= t (Sum k v (Op2 {SINGLE} a b) body n))) ((union t (Let k a (Let v b body))))",
+    f"((= t (Op2 {LOOKUP} (Op2 {SINGLE} a b) c))) ((union t (Op3 {IF} (Op2 {EQUAL} a c) b (Empty))))",
+    # if-to-multiplication: a factor moves into an else-less conditional
+    f"((= t (Mul (Op3 {IF} c a (Empty)) b))) ((union t (Op3 {IF} c (Mul a b) (Empty))))",
+    f"((= t (Mul b (Op3 {IF} c a (Empty))))) ((union t (Op3 {IF} c (Mul b a) (Empty))))",
+]
 
 
-class LoopCost:
-    """Cost = work: a sum costs its source plus (estimated source size) x (1 + its body)."""
-
-    def __call__(self, egraph, expr, children_costs):
-        args = get_callable_args(expr)
-        if args is None:
-            return 0.0
-        name = str(get_callable_fn(expr))
-        if name.endswith("sum"):
-            size = float(get_literal_value(args[4]))
-            return children_costs[2] + size * (1.0 + children_costs[3])
-        if name.endswith("op2") and get_literal_value(args[0]) == "single":
-            return BUILD_COST + sum(children_costs)  # building a dictionary costs an allocation
-        return 1.0 + sum(children_costs)
+def _rules_text() -> str:
+    lines = [f"(rule {r} :ruleset independence)" for r in INDEPENDENCE_RULES]
+    lines += [f"(rule {r} :ruleset rewrites)" for r in REWRITE_RULES]
+    return "\n".join(lines)
 
 
 def _size(source: Expr, sizes: Mapping[str, float]) -> float:
@@ -136,118 +133,191 @@ def _size(source: Expr, sizes: Mapping[str, float]) -> float:
     return DEFAULT_SIZE
 
 
-def encode(expr: Expr, sizes: Mapping[str, float], binders: set[str]) -> Term:
-    def go(e: Expr) -> Term:
+def encode(expr: Expr, sizes: Mapping[str, float], binders: set[int], symbols: Symbols) -> str:
+    """The egglog s-expression of `expr`; names, operators and reals become codes of `symbols`."""
+    code = symbols.code
+
+    def go(e: Expr) -> str:
         match e:
             case Const(value=v) if isinstance(v, bool):
-                return Term.boolean(int(v))
+                return f"(Bool {int(v)})"
             case Const(value=v) if isinstance(v, int):
-                return Term.integer(v)
+                return f"(Int {v})"
             case Const(value=v):
-                return Term.real(float(v))
+                return f"(Real {code(v, 'real')})"
             case Var(name=n):
-                return Term.var(n)
+                return f"(Var {code(n)})"
             case EmptyDict():
-                return Term.empty()
+                return "(Empty)"
             case Binary(op="+", left=l, right=r):
-                return go(l) + go(r)
+                return f"(Add {go(l)} {go(r)})"
             case Binary(op="*", left=l, right=r):
-                return go(l) * go(r)
+                return f"(Mul {go(l)} {go(r)})"
             case Binary(op=op, left=l, right=r):
-                return Term.op2(op, go(l), go(r))
+                return f"(Op2 {code(op)} {go(l)} {go(r)})"
             case Neg(operand=o):
-                return Term.op1("neg", go(o))
+                return f"(Op1 {code('neg')} {go(o)})"
             case Not(operand=o):
-                return Term.op1("not", go(o))
+                return f"(Op1 {code('not')} {go(o)})"
             case Unique(operand=o):
-                return Term.op1("unique", go(o))
+                return f"(Op1 {code('unique')} {go(o)})"
             case Call(func=f, args=(a,)):
-                return Term.op1("call:" + f, go(a))
+                return f"(Op1 {code('call:' + f)} {go(a)})"
             case Call(func=f, args=(a, b)):
-                return Term.op2("call:" + f, go(a), go(b))
+                return f"(Op2 {code('call:' + f)} {go(a)} {go(b)})"
             case Lookup(dict=d, key=k):
-                return Term.op2("lookup", go(d), go(k))
+                return f"(Op2 {LOOKUP} {go(d)} {go(k)})"
             case Singleton(key=k, value=v):
-                return Term.op2("single", go(k), go(v))
+                return f"(Op2 {SINGLE} {go(k)} {go(v)})"
             case Range(start=s, end=en):
-                return Term.op2("range", go(s), go(en))
+                return f"(Op2 {code('range')} {go(s)} {go(en)})"
             case SubArray(array=a, start=s, end=en):
-                return Term.op3("sub", go(a), go(s), go(en))
+                return f"(Op3 {code('sub')} {go(a)} {go(s)} {go(en)})"
             case If(cond=c, then=t, orelse=o):
-                return Term.op3("if", go(c), go(t), Term.empty() if o is None else go(o))
+                return f"(Op3 {IF} {go(c)} {go(t)} {'(Empty)' if o is None else go(o)})"
             case Let(name=n, value=v, body=b):
-                binders.add(n)
-                return Term.let_(n, go(v), go(b))
+                binders.add(code(n))
+                return f"(Let {code(n)} {go(v)} {go(b)})"
             case Sum(key=k, val=v, source=s, body=b):
-                binders.update((k, v))
-                return Term.sum(k, v, go(s), go(b), _size(s, sizes))
-        raise TypeError(f"cannot encode {type(e).__name__}")
+                binders.update((code(k), code(v)))
+                size = code(_size(s, sizes), "real")
+                return f"(Sum {code(k)} {code(v)} {go(s)} {go(b)} {size})"
+        raise SaturationError(f"cannot encode {type(e).__name__}")
 
     return go(expr)
 
 
-def decode(term) -> Expr:
-    fn = str(get_callable_fn(term))
-    args = get_callable_args(term)
+def _node_cost(op: str, children: list[float], literals: list[int], symbols: Symbols) -> float:
+    """Cost = work: a sum costs its source plus (estimated source size) x (1 + its body); building
+    a singleton dictionary costs an allocation; anything else one plus its children."""
+    if op == "Sum":
+        return children[2] + float(symbols[literals[4]]) * (1.0 + children[3])
+    if op == "Op2" and literals[0] == SINGLE:
+        return BUILD_COST + sum(children)
+    return 1.0 + sum(children)
 
-    def lit(x):
-        return get_literal_value(x)
 
-    name = fn.split(".")[-1]
-    if "*" in fn:
-        return Binary("*", decode(args[0]), decode(args[1]))
-    if "+" in fn:
-        return Binary("+", decode(args[0]), decode(args[1]))
-    if name == "var":
-        return Var(lit(args[0]))
-    if name == "real":
-        return Const(float(lit(args[0])))
-    if name == "integer":
-        return Const(int(lit(args[0])))
-    if name == "boolean":
-        return Const(bool(lit(args[0])))
-    if name == "empty":
-        return EmptyDict()
-    if name == "let_":
-        return Let(lit(args[0]), decode(args[1]), decode(args[2]))
-    if name == "sum":
-        return Sum(lit(args[0]), lit(args[1]), decode(args[2]), decode(args[3]))
-    op = lit(args[0])
-    parts = [decode(a) for a in args[1:]]
-    if op.startswith("call:"):
-        return Call(op[5:], tuple(parts))
-    simple = {"neg": Neg, "not": Not, "unique": Unique}
-    if op in simple:
-        return simple[op](parts[0])
-    if op == "lookup":
-        return Lookup(*parts)
-    if op == "single":
-        return Singleton(*parts)
-    if op == "range":
-        return Range(*parts)
-    if op == "sub":
-        return SubArray(*parts)
-    if op == "if":
-        return If(parts[0], parts[1], None if isinstance(parts[2], EmptyDict) else parts[2])
-    return Binary(op, *parts)
+def extract(serialized: dict, symbols: Symbols) -> tuple:
+    """The cheapest term of the root class as nested tuples (op, integer literal or child, ...).
+
+    Costs are found by iterating to a fixed point over the classes; among nodes of equal cost the
+    first in the order (op, node id) wins, so the answer never depends on hash order.
+    """
+    nodes = serialized["nodes"]
+    term_nodes = {nid: n for nid, n in nodes.items() if n["eclass"].startswith("Term-")}
+    roots = [n["children"][0] for n in nodes.values() if n["op"] == "root"]
+    if len(roots) != 1:
+        raise SaturationError("the serialized e-graph has no single root")
+    order = sorted(term_nodes, key=lambda nid: (term_nodes[nid]["op"], nid))
+    best: dict[str, tuple[float, str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for nid in order:
+            node = term_nodes[nid]
+            costs, literals = [], []
+            for child in node["children"]:
+                if child in term_nodes:
+                    found = best.get(term_nodes[child]["eclass"])
+                    if found is None:
+                        break
+                    costs.append(found[0])
+                    literals.append(-1)
+                else:
+                    costs.append(0.0)
+                    literals.append(int(nodes[child]["op"]))
+            else:
+                cost = _node_cost(node["op"], costs, literals, symbols)
+                current = best.get(node["eclass"])
+                if current is None or cost < current[0] * (1 - 1e-12):
+                    best[node["eclass"]] = (cost, nid)
+                    changed = True
+    root_class = nodes[roots[0]]["eclass"]
+    if root_class not in best or not math.isfinite(best[root_class][0]):
+        raise SaturationError("no finite-cost term in the root class")
+
+    def build(eclass: str) -> tuple:
+        node = term_nodes[best[eclass][1]]
+        return (node["op"], *(build(term_nodes[c]["eclass"]) if c in term_nodes else int(nodes[c]["op"])
+                              for c in node["children"]))
+
+    return build(root_class)
+
+
+_UNARY = {"neg": Neg, "not": Not, "unique": Unique}
+_NARY = {"lookup": Lookup, "single": Singleton, "range": Range, "sub": SubArray}
+
+
+def decode(term: tuple, symbols: Symbols) -> Expr:
+    """The program of an extracted term."""
+    op, *args = term
+
+    def go(t):
+        return decode(t, symbols)
+
+    match op:
+        case "Add":
+            return Binary("+", go(args[0]), go(args[1]))
+        case "Mul":
+            return Binary("*", go(args[0]), go(args[1]))
+        case "Var":
+            return Var(symbols[args[0]])
+        case "Real":
+            return Const(float(symbols[args[0]]))
+        case "Int":
+            return Const(int(args[0]))
+        case "Bool":
+            return Const(bool(args[0]))
+        case "Empty":
+            return EmptyDict()
+        case "Let":
+            return Let(symbols[args[0]], go(args[1]), go(args[2]))
+        case "Sum":
+            return Sum(symbols[args[0]], symbols[args[1]], go(args[2]), go(args[3]))
+        case "Op1" | "Op2" | "Op3":
+            operator = symbols[args[0]]
+            parts = [go(a) for a in args[1:]]
+            if operator.startswith("call:"):
+                return Call(operator[5:], tuple(parts))
+            if operator in _UNARY:
+                return _UNARY[operator](parts[0])
+            if operator in _NARY:
+                return _NARY[operator](*parts)
+            if operator == "if":
+                return If(parts[0], parts[1], None if isinstance(parts[2], EmptyDict) else parts[2])
+            return Binary(operator, *parts)
+    raise SaturationError(f"the e-graph holds an unknown constructor {op!r}")
+
+
+def _run(egraph: bindings.EGraph, text: str) -> list:
+    return egraph.run_program(*egraph.parse_program(text))
 
 
 def saturate(expr: Expr, types: Mapping[str, Type] | None = None, sizes: Mapping[str, float] | None = None,
-             iterations: int = 6, time_limit_s: float = 2.0) -> Expr:
-    """The cheapest equivalent program found by bounded equality saturation."""
+             iterations: int = 6, match_budget: int = MATCH_BUDGET) -> Expr:
+    """The cheapest equivalent program found by bounded equality saturation.
+
+    Deterministic: the bounds are a number of iterations and of rule matches, not time.
+
+    >>> from sparsad.lang.parse import parse
+    >>> from sparsad.lang.printer import to_text
+    >>> to_text(saturate(parse("sum(<i, a> in V) beta * a"), sizes={"V": 1000})).split()[:2]
+    ['beta', '*']
+    """
     expr = rename_bound(desugar_let_tuples(expr), Fresh(all_names(expr)))
-    binders: set[str] = set()
-    term = encode(expr, sizes or {}, binders)
-    egraph = EGraph()
-    root = egraph.let("root", term)
-    for name in sorted(binders):
-        egraph.register(binder(String(name)))
-    start = time.perf_counter()
+    binders: set[int] = set()
+    symbols = Symbols()
+    term = encode(expr, sizes or {}, binders, symbols)
+    egraph = bindings.EGraph()
+    facts = "\n".join(f"(binder {b})" for b in sorted(binders))
+    _run(egraph, f"{DECLARATIONS}\n{_rules_text()}\n{facts}\n(root {term})")
+    matches = 0
     for _ in range(iterations):
-        egraph.run(4, ruleset=INDEPENDENCE_RULES)
-        report = egraph.run(1, ruleset=REWRITE_RULES)
-        if not report.updated or time.perf_counter() - start > time_limit_s:
+        _run(egraph, "(run-schedule (repeat 4 (run independence)))")
+        (output,) = _run(egraph, "(run rewrites 1)")
+        matches += sum(output.report.num_matches_per_rule.values())
+        if not output.report.updated or matches > match_budget:
             break
-    egraph.run(4, ruleset=INDEPENDENCE_RULES)
-    best = egraph.extract(root, cost_model=LoopCost())
-    return decode(best)
+    _run(egraph, "(run-schedule (repeat 4 (run independence)))")
+    serialized = json.loads(egraph.serialize([]).to_json())
+    return decode(extract(serialized, symbols), symbols)

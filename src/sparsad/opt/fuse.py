@@ -8,6 +8,9 @@ Rules, tried in this order at each node:
   (the inner body may be wrapped in lets and else-less ifs; `unique` guarantees keys do not merge)
 - dense lookup:               (sum(<_, q> in (st:en)) { unique(q) -> g })(k)  ~> let q = k in g
   (keys are validated against the extents at the boundary, so k lies in range)
+- dense sub-array:            (sum(<_, q> in (st:en)) { unique(q) -> g })(a:b)
+                                  ~> sum(<_, q> in (st:en)) if not(q < a) then if q < b then { unique(q) -> g }
+  (the keys of both ranges; with constant bounds, one loop over their intersection instead)
 - generator inlining:         let x = G in b  ~> b[x := G]  when G is a generator (a sum that builds
   unique keys) and every use of x in b is a sum source or a dense lookup, so each use fuses.
 """
@@ -15,8 +18,8 @@ from __future__ import annotations
 
 from sparsad.lang.names import Fresh, all_names, rename_bound
 from sparsad.lang.rebuild import substitute
-from sparsad.lang.syntax import (Binary, Expr, If, Let, Lookup, Range, Singleton, Sum, Unique, Var,
-                                 has_loop, walk)
+from sparsad.lang.syntax import (Binary, Const, Expr, If, Let, Lookup, Not, Range, Singleton, SubArray, Sum,
+                                 Unique, Var, has_loop, walk)
 from sparsad.lang.types import Type
 from sparsad.opt.dce import eliminate_dead_lets
 from sparsad.opt.inline import inline_atoms
@@ -173,6 +176,19 @@ def _dense_lookup(e, _):
         return Let(gen.val, e.key, gen.body.value)
 
 
+def _dense_sub_array(e, _):
+    if isinstance(e, SubArray) and _is_dense_generator(e.array):
+        gen = e.array
+        bounds = (gen.source.start, gen.source.end, e.start, e.end)
+        if all(isinstance(b, Const) and isinstance(b.value, int) for b in bounds):
+            start, end, lo, hi = (b.value for b in bounds)
+            low = max(start, lo)
+            return Sum(gen.key, gen.val, Range(Const(low), Const(max(low, min(end, hi)))), gen.body)
+        q = Var(gen.val)
+        inside = If(Not(Binary("<", q, e.start)), If(Binary("<", q, e.end), gen.body))
+        return Sum(gen.key, gen.val, gen.source, inside)
+
+
 def is_generator(e: Expr) -> bool:
     """A sum whose body ends in a singleton with a unique key: it fuses into a consumer."""
     return isinstance(e, Sum) and (_unique_singleton_leaf(e.body) is not None or _is_dense_generator(e))
@@ -185,7 +201,8 @@ def _uses_all_fuse(name: str, body: Expr, generator: Expr) -> bool:
             uses += 1
         if isinstance(node, Sum) and node.source == Var(name):
             fusing += 1
-        if isinstance(node, Lookup) and node.dict == Var(name) and _is_dense_generator(generator):
+        if isinstance(node, (Lookup, SubArray)) and getattr(node, "dict", getattr(node, "array", None)) == Var(name) \
+                and _is_dense_generator(generator):
             fusing += 1
     # a binder of the same name would shadow; names are unique after rename_bound
     return uses > 0 and uses == fusing
@@ -235,6 +252,7 @@ RULES = (
     Rule("vertical fusion of a sum over a unique-key sum", _vertical_fusion),
     Rule("vertical fusion of a sum linear in its value", _linear_vertical_fusion),
     Rule("lookup into a dense generator", _dense_lookup),
+    Rule("sub-array of a dense generator", _dense_sub_array),
     Rule("inline a generator whose every use fuses", _inline_generator),
     Rule("inline a single-use let outside loops", _inline_single_use),
 )
