@@ -1882,3 +1882,70 @@ sum(<j, v> in x) let e = v - alpha * y(j) - b(j) in e * e""",
     value=lambda I: float(np.sum(_pr_res(I) ** 2)),
     dense=lambda j, d, m: j.sum((d["x"] - d["alpha"] * (d["A"].T @ d["x"]) - d["b"]) ** 2),
     grad=_pr_grad)
+
+# =========================================================================================================
+# The same programs in JAX BCOO and PyTorch sparse, where those libraries express them
+# (benchmark competitors; each takes (array module, sparse inputs by name, dense inputs by name))
+# =========================================================================================================
+
+def _bcoo_rows_cols(S):
+    return S.indices[:, 0], S.indices[:, 1]
+
+
+def _torch_rows_cols(S):
+    idx = S._indices()
+    return idx[0], idx[1]
+
+
+def _lse_rows(lib, rows_index, values, n, segment_sum):
+    return lib.log(segment_sum(lib.exp(values), rows_index, n))
+
+
+COMPETITORS = {
+    "spmv": dict(bcoo=lambda j, S, d: S["A"] @ d["x"],
+                 torch=lambda t, S, d: t.sparse.mm(S["A"], d["x"][:, None])[:, 0]),
+    "spmtv": dict(bcoo=lambda j, S, d: S["A"].T @ d["y"],
+                  torch=lambda t, S, d: t.sparse.mm(S["A"].t(), d["y"][:, None])[:, 0]),
+    "lsq": dict(bcoo=lambda j, S, d: j.sum((S["A"] @ d["x"] - d["y"]) ** 2),
+                torch=lambda t, S, d: ((t.sparse.mm(S["A"], d["x"][:, None])[:, 0] - d["y"]) ** 2).sum()),
+    "quadform": dict(bcoo=lambda j, S, d: d["x"] @ (S["A"] @ d["x"]),
+                     torch=lambda t, S, d: d["x"] @ t.sparse.mm(S["A"], d["x"][:, None])[:, 0]),
+    "bilinear": dict(bcoo=lambda j, S, d: d["u"] @ (S["A"] @ d["v"]),
+                     torch=lambda t, S, d: d["u"] @ t.sparse.mm(S["A"], d["v"][:, None])[:, 0]),
+    "spmm": dict(bcoo=lambda j, S, d: S["A"] @ d["B"], torch=lambda t, S, d: t.sparse.mm(S["A"], d["B"])),
+    "spmm_fro_loss": dict(bcoo=lambda j, S, d: j.sum((S["A"] @ d["B"] - d["C"]) ** 2),
+                          torch=lambda t, S, d: ((t.sparse.mm(S["A"], d["B"]) - d["C"]) ** 2).sum()),
+    "sddmm_sum": dict(bcoo=lambda j, S, d: j.sum((S["S"] @ d["V"]) * d["U"]),
+                      torch=lambda t, S, d: (t.sparse.mm(S["S"], d["V"]) * d["U"]).sum()),
+    "hadamard_sum": dict(bcoo=None, torch=lambda t, S, d: t.sparse.sum(S["A"] * S["B"])),
+    "gcn_tanh_sum": dict(bcoo=lambda j, S, d: j.sum(j.tanh((S["A"] @ d["X"]) @ d["W"])),
+                         torch=lambda t, S, d: t.tanh(t.sparse.mm(S["A"], d["X"]) @ d["W"]).sum()),
+    "gcn_layer": dict(bcoo=lambda j, S, d: j.tanh((S["A"] @ d["X"]) @ d["W"]),
+                      torch=lambda t, S, d: t.tanh(t.sparse.mm(S["A"], d["X"]) @ d["W"])),
+    "gcn_softmax_xent": dict(
+        bcoo=lambda j, S, d: _xent(j, (S["A"] @ d["X"]) @ d["W"], d["Y"]),
+        torch=lambda t, S, d: _xent(t, t.sparse.mm(S["A"], d["X"]) @ d["W"], d["Y"])),
+    "logreg": dict(bcoo=lambda j, S, d: j.sum(j.logaddexp(0.0, -d["y"] * (S["X"] @ d["w"]))),
+                   torch=lambda t, S, d: t.nn.functional.softplus(
+                       -d["y"] * t.sparse.mm(S["X"], d["w"][:, None])[:, 0]).sum()),
+    "softmax_regression": dict(bcoo=lambda j, S, d: _xent(j, S["X"] @ d["W"], d["Y"]),
+                               torch=lambda t, S, d: _xent(t, t.sparse.mm(S["X"], d["W"]), d["Y"])),
+    "trace_XtAX": dict(bcoo=lambda j, S, d: j.sum(d["X"] * (S["A"] @ d["X"])),
+                       torch=lambda t, S, d: (d["X"] * t.sparse.mm(S["A"], d["X"])).sum()),
+    "laplacian_apply": dict(bcoo=lambda j, S, d: (S["A"] @ j.ones_like(d["x"])) * d["x"] - S["A"] @ d["x"],
+                            torch=lambda t, S, d: (t.sparse.mm(S["A"], t.ones_like(d["x"])[:, None])[:, 0] * d["x"]
+                                                   - t.sparse.mm(S["A"], d["x"][:, None])[:, 0])),
+    "column_sums": dict(bcoo=lambda j, S, d: S["A"].sum(0).todense(),
+                        torch=lambda t, S, d: t.sparse.sum(S["A"], 0).to_dense()),
+    "poisson_regression": dict(bcoo=lambda j, S, d: j.sum(j.exp(S["X"] @ d["w"]) - d["cnt"] * (S["X"] @ d["w"])),
+                               torch=lambda t, S, d: (t.exp(t.sparse.mm(S["X"], d["w"][:, None])[:, 0])
+                                                      - d["cnt"] * t.sparse.mm(S["X"], d["w"][:, None])[:, 0]).sum()),
+}
+
+
+def _xent(lib, Z, Y):
+    if hasattr(lib, "logsumexp"):  # torch
+        return (lib.logsumexp(Z, dim=1) - (Z * Y).sum(1)).sum()
+    import jax.scipy.special as special
+
+    return lib.sum(special.logsumexp(Z, axis=1) - lib.sum(Z * Y, axis=1))
