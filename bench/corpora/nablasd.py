@@ -714,10 +714,9 @@ def _gcn_make(rng, real):
     n = A.shape[0]
     f, h, c = (32, 16, 4) if real else (4, 3, 3)
     deg = rowsum(A, A.data)
-    labels = rng.integers(0, c, n)
     return dict(A=A, X=den(rng, n, f, scale=0.5), W=den(rng, f, h, scale=0.5), W1=den(rng, f, h, scale=0.5),
                 W2=den(rng, h, c, scale=0.5), b=vec(rng, h, 0.1), dinv=1.0 / np.sqrt(deg),
-                Y=np.eye(c)[labels] if False else np.eye(h)[rng.integers(0, h, n)], C=den(rng, n, h))
+                Y=np.eye(h)[rng.integers(0, h, n)], C=den(rng, n, h))  # one-hot labels over the h outputs of W
 
 
 def _only_gcn(keys):
@@ -895,13 +894,6 @@ def _tensor_make(rng, real, order=3, rank=None):
 
 def _tmake(keys, order=3):
     return lambda rng, real: {k: v for k, v in _tensor_make(rng, real, order).items() if k in keys}
-
-
-def _mttkrp(I):
-    T = I["T"]
-    i, jj, k = T.coords
-    return tensor_dense_values(SparseTensor(np.array([i]), None, (T.shape[0],)), 0) if False else \
-        np.add.reduceat(np.zeros(1), [0]) if False else _mttkrp_dense(T, I["B"], I["C"])
 
 
 def _mttkrp_dense(T, B, C):
@@ -1097,7 +1089,6 @@ def _ml4_grad(I, w):
     i, j, k, l = T.coords
     if w == "T":
         return T.with_values(_ml4(I))
-    f = T.values * _ml4(I) / I["a"][i] if False else None
     if w == "a":
         return np.bincount(i, weights=T.values * I["b"][j] * I["c"][k] * I["d"][l], minlength=T.shape[0])
     return np.bincount(l, weights=T.values * I["a"][i] * I["b"][j] * I["c"][k], minlength=T.shape[3])
