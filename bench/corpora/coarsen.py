@@ -714,21 +714,24 @@ def clipped_gradient_descent(w0, xs, ys, lr, clip, steps):
     return ((w * xs - ys) ** 2).mean()
 
 
-def _bfgs_1d_jax(x0, a, steps):
-    # secant (1-D quasi-Newton) minimisation of a*x^4/4 - x + x^2/2
+def _secant_jax(x0, a, steps):
+    # secant (1-D quasi-Newton) minimisation of a*x^4/4 - x + x^2/2; converged steps are masked
     def g(x):
         return a * x ** 3 - 1 + x
 
-    x_prev, x = x0, x0 + 0.1
-    for _ in range(steps):
+    def body(_, state):
+        x_prev, x, done = state
         denom = g(x) - g(x_prev)
-        x_new = x - g(x) * (x - x_prev) / denom
-        x_prev, x = x, x_new
-    return x
+        done = done | (jnp.abs(denom) < 1e-13)
+        safe = jnp.where(done, 1.0, denom)
+        x_new = x - g(x) * (x - x_prev) / safe
+        return jnp.where(done, x_prev, x), jnp.where(done, x, x_new), done
+
+    return lax.fori_loop(0, steps, body, (x0, x0 + 0.1, jnp.array(False)))[1]
 
 
-@case("optimization", (0, 1), "secant method, two carried iterates", _bfgs_1d_jax,
-      lambda rng, small: (_s(rng, 0.5, 1.0), _s(rng, 0.5, 2), _n(small, 4, 8)))
+@case("optimization", (0, 1), "secant method, two carried iterates, break when converged", _secant_jax,
+      lambda rng, small: (_s(rng, 0.5, 1.0), _s(rng, 0.5, 2), _n(small, 4, 12)))
 def secant_minimize(x0, a, steps):
     def g(x):
         return a * x ** 3 - 1 + x
@@ -736,6 +739,8 @@ def secant_minimize(x0, a, steps):
     x_prev, x = x0, x0 + 0.1
     for _ in range(steps):
         denom = g(x) - g(x_prev)
+        if torch.abs(denom) < 1e-13:
+            break
         x_new = x - g(x) * (x - x_prev) / denom
         x_prev, x = x, x_new
     return x
@@ -1158,8 +1163,8 @@ def _binomial_eu_jax(S, K, r, sigma, T, n):
     disc = jnp.exp(-r * dt)
     j = jnp.arange(n + 1, dtype=jnp.float64)
     values = jnp.clip(S * u ** j * d ** (n - j) - K, 0.0)
-    for i in range(n - 1, -1, -1):
-        values = disc * (p * values[1:] + (1 - p) * values[:-1])
+    # fixed shape: at step i only entries 0..i are meaningful (roll instead of shrinking slices)
+    values = lax.fori_loop(0, n, lambda _, v: disc * (p * jnp.roll(v, -1) + (1 - p) * v), values)
     return values[0]
 
 
@@ -1187,11 +1192,13 @@ def _binomial_am_jax(S, K, r, sigma, T, n):
     disc = jnp.exp(-r * dt)
     k = jnp.arange(n + 1, dtype=jnp.float64)
     values = jnp.maximum(K - S * u ** k * d ** (n - k), 0.0)
-    for i in range(n - 1, -1, -1):
-        k = jnp.arange(i + 1, dtype=jnp.float64)
+
+    def body(step, v):
+        i = n - 1 - step
         exercise = K - S * u ** k * d ** (i - k)
-        values = jnp.maximum(disc * (p * values[1:] + (1 - p) * values[:-1]), exercise)
-    return values[0]
+        return jnp.maximum(disc * (p * jnp.roll(v, -1) + (1 - p) * v), exercise)
+
+    return lax.fori_loop(0, n, body, values)[0]
 
 
 @case("finance", (0, 2, 3), "American put: list comprehensions inside a negative-step loop", _binomial_am_jax,
