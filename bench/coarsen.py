@@ -15,9 +15,17 @@ For every application and configuration, in one run:
 Ratios are against the competitor measured in the same run.  Run:
 ``.venv/bin/python -m bench.coarsen`` (``--quick`` for configuration 1 only, ``--app NAME`` for one
 application, e.g. ``--app BGDHyperOpt``; may be repeated).
+
+Then the corpus of functions written the way PyTorch users write them (``bench/corpora/coarsen.py``,
+``corpus_main``): for each, coarsened or fell back (with the reason), other exceptions, error vs
+autograd on several input draws, speed vs torch autograd and vs ``jax.jit(jax.grad)`` of its JAX
+twin, and the first-call time, each function in a worker subprocess under a time limit.  Writes
+``bench/results/coarsen_corpus.csv`` and ``coarsen_corpus_*.png``.  Options: ``--corpus-only``,
+``--no-corpus``, ``--case NAME`` (repeatable), ``--timeout SECONDS`` (per function).
 """
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 
@@ -138,7 +146,16 @@ def _jax_rows(name: str, config: int, repeat: int, row: dict) -> None:
     del nstatic, positions
 
 
-def main(quick: bool = False, apps: list[str] | None = None) -> None:
+def main(quick: bool = False, apps: list[str] | None = None, corpus: bool = True, only_corpus: bool = False,
+         timeout: float | None = None, cases: list[str] | None = None) -> None:
+    """The five applications, then the corpus of users' functions (``corpus_main``)."""
+    if not only_corpus:
+        apps_main(quick, apps)
+    if corpus:
+        corpus_main(quick=quick, timeout=timeout, names=cases)
+
+
+def apps_main(quick: bool = False, apps: list[str] | None = None) -> None:
     configs = (1,) if quick else (1, 2, 3)
     repeat = 5 if quick else 30
     rows = []
@@ -201,5 +218,345 @@ def _apps_from_argv(argv: list[str]) -> list[str] | None:
     return names or None
 
 
+# --------------------------------------------------------------------------- the corpus of users' functions
+# Functions nobody wrote for coarsening (bench/corpora/coarsen.py): for each, ``coarsen.grad`` on several
+# input draws (coarsened or fell back, and why; any other exception), its error against torch autograd,
+# its speed against torch autograd and against ``jax.jit(jax.grad)`` of the JAX twin, and the first-call
+# time.  Each function runs in a worker subprocess under a time limit, so an unbounded first call is
+# recorded as a timeout instead of stalling the suite.
+
+CORPUS_TIMEOUT_S = 90.0         # per function: first call, the other draws, the references and the timings
+CORPUS_QUICK_TIMEOUT_S = 30.0
+WORKER_START_S = 300.0          # importing torch, JAX, SymPy and Numba on a loaded machine
+WRONG_GRADIENT = 1e-6           # relative error vs autograd above which a gradient counts as wrong
+CORPUS_COLUMNS = ["function", "kind", "status", "first_call_s", "second_call_s", "max_rel_err", "torch_ms",
+                  "coarsen_ms", "jax_ms", "speedup_vs_torch", "speedup_vs_jax", "cause"]
+
+
+def gradient_reference(fn, args: tuple, argnums) -> list:
+    """Gradients of ``fn`` by plain PyTorch autograd (zeros where an argument is unused)."""
+    leaves = [a.detach().clone().requires_grad_(i in argnums) if isinstance(a, torch.Tensor) else a
+              for i, a in enumerate(args)]
+    grads = torch.autograd.grad(fn(*leaves), [leaves[i] for i in argnums], allow_unused=True)
+    return [torch.zeros_like(leaves[i]) if g is None else g for g, i in zip(grads, argnums)]
+
+
+def relative_error(got, expected: list) -> float:
+    """Largest over the arguments of max|got - expected| / max|expected| (NaN or a shape mismatch: inf)."""
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    if len(got) != len(expected):
+        return float("inf")
+    worst = 0.0
+    for g, e in zip(got, expected):
+        g = torch.as_tensor(g, dtype=torch.float64)
+        e = torch.as_tensor(e, dtype=torch.float64)
+        if g.shape != e.shape or not bool(torch.isfinite(g).all()) and bool(torch.isfinite(e).all()):
+            return float("inf")
+        scale = e.abs().max().item() if e.numel() else 0.0
+        diff = (g - e).abs().max().item() if e.numel() else 0.0
+        worst = max(worst, diff / scale if scale > 0 else diff)
+    return worst
+
+
+def fallback_cause(message: str) -> str:
+    """The reason of a fallback warning or an error, without the function's name, file, lines and numbers."""
+    text = message.split("falls back to plain autograd: ", 1)[-1]
+    text = re.sub(r"\S+\.py(:\d+)?", "<file>", text)
+    text = re.sub(r"\bline \d+", "line N", text)
+    text = re.sub(r"\b\d+(\.\d+)?\b", "N", text)
+    return text.strip()[:110]
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: int = 20, report=None) -> dict:
+    """Everything the corpus table shows about one function; ``report(row)`` is called after each stage."""
+    import time
+
+    import sparsad.coarsen as coarsen
+    from bench.corpora.coarsen import CASES_BY_NAME, draw
+
+    report = report or (lambda row: None)
+    case = CASES_BY_NAME[name]
+    row = {"function": name, "kind": case.kind, "constructs": case.constructs, "status": "running",
+           "stage": "first call", "draws": draws}
+    report(dict(row))
+    grad_fn = coarsen.grad(case.torch_fn, case.argnums)
+    inputs = [draw(case, seed, small) for seed in range(draws)]
+    errors, later = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, args in enumerate(inputs):
+            start = time.perf_counter()
+            try:
+                got = grad_fn(*args)
+            except Exception as why:  # anything but a fallback is a bug of the library
+                row.update(status="error", error=_one_line(why), stage=f"draw {k}")
+                break
+            elapsed = time.perf_counter() - start
+            if k == 0:
+                row["first_call_s"] = elapsed
+            elif k == 1:
+                row["second_call_s"] = elapsed
+            else:
+                later.append(elapsed)
+            errors.append(relative_error(got, gradient_reference(case.torch_fn, args, case.argnums)))
+            row.update(stage=f"draw {k + 1} of {draws} done", max_rel_err=max(errors))
+            report(dict(row))
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, coarsen.CoarsenFallbackWarning)]
+    if later:
+        row["later_call_max_s"] = max(later)
+    if row["status"] != "error":
+        row["status"] = "fallback" if fallbacks else "coarsened"
+    if fallbacks:
+        row["reason"] = " | ".join(dict.fromkeys(m.split("falls back to plain autograd: ", 1)[-1] for m in fallbacks))
+    row["cause"] = fallback_cause(row.get("error") or (fallbacks[0] if fallbacks else ""))
+    row["wrong_gradient"] = bool(errors) and max(errors) > WRONG_GRADIENT
+    row["stage"] = "timing torch autograd"
+    report(dict(row))
+    if row["status"] == "error":
+        return row
+
+    args = inputs[0]
+    leaves = [a.detach().clone().requires_grad_(i in case.argnums) if isinstance(a, torch.Tensor) else a
+              for i, a in enumerate(args)]
+    wanted = [leaves[i] for i in case.argnums]
+    t_torch = best_time(lambda: torch.autograd.grad(case.torch_fn(*leaves), wanted, allow_unused=True),
+                        repeat=repeat)
+    t_coarsen = best_time(lambda: grad_fn(*args), repeat=repeat)
+    row.update(torch_ms=1e3 * t_torch, coarsen_ms=1e3 * t_coarsen, speedup_vs_torch=t_torch / t_coarsen,
+               stage="jax.jit(jax.grad) of the twin")
+    report(dict(row))
+    _measure_jax(case, lambda: draw(case, 0, small, "jax"), gradient_reference(case.torch_fn, args, case.argnums),
+                 repeat, row)
+    row["stage"] = "done"
+    return row
+
+
+def _measure_jax(case, make_args, reference: list, repeat: int, row: dict) -> None:
+    import time
+
+    import jax
+    import numpy as np
+
+    try:
+        with jax.enable_x64(True):  # scoped: float64 like the torch side, without changing the process's JAX
+            jargs = make_args()
+            static = tuple(i for i, a in enumerate(jargs) if not isinstance(a, jax.Array))
+            gradient = jax.jit(jax.grad(case.jax_fn, argnums=case.argnums), static_argnums=static)
+            start = time.perf_counter()
+            got = jax.block_until_ready(gradient(*jargs))
+            row["jax_first_call_s"] = time.perf_counter() - start
+            row["jax_twin_rel_err"] = relative_error([torch.from_numpy(np.array(g)) for g in got], reference)
+            t_jax = best_time(lambda: jax.block_until_ready(gradient(*jargs)), repeat=repeat)
+    except Exception as why:  # a twin JAX cannot jit is noted, not fatal
+        row["jax_error"] = _one_line(why)
+        return
+    row.update(jax_ms=1e3 * t_jax, speedup_vs_jax=t_jax / (row["coarsen_ms"] / 1e3))
+
+
+def _corpus_worker(conn) -> None:
+    """Subprocess: measure the functions it is sent, streaming ("partial", row) and ("done", row)."""
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    try:  # warm-up, so that the first function's first call does not pay for Numba's and JAX's start-up
+        import jax
+        import jax.numpy as jnp
+
+        import sparsad.coarsen as coarsen
+        from bench.corpora.coarsen import euler_decay
+        one = torch.tensor(1.0, dtype=torch.float64)
+        for _ in range(2):
+            coarsen.grad(euler_decay, (0, 1))(one, one, 2)
+        with jax.enable_x64(True):
+            jax.jit(jax.grad(jnp.sum))(jnp.ones(3))
+    except Exception as why:  # the measurements themselves will say what is wrong
+        print(f"corpus worker warm-up: {_one_line(why)}", file=sys.stderr)
+    conn.send(("ready", None))
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        name, small, draws, repeat = task
+        try:
+            row = measure_corpus_case(name, small, draws, repeat, lambda r: conn.send(("partial", r)))
+        except Exception as why:  # a failure of the harness or of the references, not of coarsen.grad
+            row = {"function": name, "status": "harness error", "error": _one_line(why)}
+        conn.send(("done", row))
+
+
+class _Worker:
+    """One measuring subprocess; killed and replaced when a function overruns its time limit."""
+
+    def __init__(self):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_corpus_worker, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        if not self.conn.poll(WORKER_START_S):
+            self.stop()
+            raise RuntimeError(f"the corpus worker did not start within {WORKER_START_S:.0f} s")
+        self.conn.recv()
+
+    def run(self, task: tuple, timeout: float) -> tuple[dict | None, str]:
+        """(last row received, "done" | "timeout" | "crashed")."""
+        import time
+
+        self.conn.send(task)
+        deadline = time.monotonic() + timeout
+        row = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.conn.poll(left):
+                return row, "timeout"
+            try:
+                kind, row = self.conn.recv()
+            except (EOFError, ConnectionError):
+                return row, "crashed"
+            if kind == "done":
+                return row, "done"
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+
+def run_corpus(names: list[str], small: bool, draws: int, repeat: int, timeout: float) -> list[dict]:
+    """Measure every named function in a worker subprocess, ``timeout`` seconds each (tqdm progress)."""
+    from tqdm import tqdm
+
+    from bench.corpora.coarsen import CASES_BY_NAME
+
+    rows = []
+    worker = None
+    try:
+        progress = tqdm(names, desc="coarsen corpus", unit="fn", file=sys.stderr)
+        for name in progress:
+            progress.set_postfix_str(name)
+            worker = worker or _Worker()
+            row, how = worker.run((name, small, draws, repeat), timeout)
+            case = CASES_BY_NAME[name]
+            row = row or {"function": name, "stage": "first call"}
+            row.setdefault("kind", case.kind)
+            row.setdefault("constructs", case.constructs)
+            if how != "done":
+                worker.stop()
+                worker = None
+                stage = row.get("stage", "first call")
+                if row.get("status") in (None, "running"):  # did not finish its draws: the finding is the overrun
+                    row["status"] = how
+                    row["cause"] = (f"no result within {timeout:.0f} s ({stage})" if how == "timeout"
+                                    else f"the worker process died ({stage})")
+                else:
+                    row["note"] = f"{how} during {stage}"
+            rows.append(row)
+    finally:
+        if worker is not None:
+            worker.conn.send(None)
+            worker.stop()
+    return rows
+
+
+def summarize_corpus(rows: list[dict], timeout: float) -> dict:
+    """Print the summary (shares, causes, first-call times, speed-ups) and return its figures."""
+    import statistics
+    from collections import Counter
+
+    n = len(rows)
+    counts = Counter(r["status"] for r in rows)
+    done = [r for r in rows if r["status"] == "coarsened"]
+    wrong = [r["function"] for r in rows if r.get("wrong_gradient")]
+    firsts = [r["first_call_s"] for r in rows if "first_call_s" in r]
+    firsts_with_timeouts = firsts + [timeout] * sum(r["status"] == "timeout" and "first_call_s" not in r for r in rows)
+    summary = {
+        "functions": n, "coarsened": counts["coarsened"], "coarsened_pct": 100.0 * counts["coarsened"] / max(n, 1),
+        "fallback": counts["fallback"], "error": counts["error"], "timeout": counts["timeout"],
+        "crashed": counts["crashed"], "wrong_gradients": len(wrong),
+        "first_call_median_s": statistics.median(firsts_with_timeouts) if firsts_with_timeouts else float("nan"),
+        "first_call_max_s": max(firsts_with_timeouts, default=float("nan")),
+        "first_call_median_coarsened_s": statistics.median([r["first_call_s"] for r in done]) if done else float("nan"),
+        "first_call_max_coarsened_s": max((r["first_call_s"] for r in done), default=float("nan")),
+    }
+    for key, column in (("vs_torch", "speedup_vs_torch"), ("vs_jax", "speedup_vs_jax")):
+        ratios = [r[column] for r in done if column in r]
+        summary[f"median_speedup_{key}"] = statistics.median(ratios) if ratios else float("nan")
+        summary[f"min_speedup_{key}"] = min(ratios, default=float("nan"))
+        summary[f"slower_{key}"] = [r["function"] for r in done if r.get(column, 1.0) < 1.0]
+    print(f"\ncorpus: {n} functions; coarsened {counts['coarsened']} ({summary['coarsened_pct']:.0f}%), "
+          f"fell back {counts['fallback']}, other exceptions {counts['error']}, timeouts ({timeout:.0f} s) "
+          f"{counts['timeout']}, crashed {counts['crashed']}; wrong gradients (rel. err > {WRONG_GRADIENT:g}): "
+          f"{len(wrong)} {wrong if wrong else ''}")
+    print(f"first call (trace + symbolic + compile): median {summary['first_call_median_s']:.2f} s, max "
+          f"{summary['first_call_max_s']:.2f} s (timeouts counted as {timeout:.0f} s); coarsened only: median "
+          f"{summary['first_call_median_coarsened_s']:.2f} s, max {summary['first_call_max_coarsened_s']:.2f} s")
+    print(f"coarsened functions, coarsen.grad vs torch autograd: median {summary['median_speedup_vs_torch']:.2f}x, "
+          f"min {summary['min_speedup_vs_torch']:.2f}x (slower: {', '.join(summary['slower_vs_torch']) or 'none'})")
+    print(f"coarsened functions, coarsen.grad vs jax.jit(jax.grad): median {summary['median_speedup_vs_jax']:.2f}x, "
+          f"min {summary['min_speedup_vs_jax']:.2f}x (slower: {', '.join(summary['slower_vs_jax']) or 'none'})")
+    fallbacks = [r for r in rows if r["status"] == "fallback" and "speedup_vs_torch" in r]
+    if fallbacks:
+        worst = min(fallbacks, key=lambda r: r["speedup_vs_torch"])
+        print(f"fallen-back functions, coarsen.grad vs torch autograd: median "
+              f"{statistics.median(r['speedup_vs_torch'] for r in fallbacks):.2f}x, worst {worst['function']} "
+              f"{worst['speedup_vs_torch']:.2f}x (the price of falling back)")
+    twins = [r["function"] for r in rows if r.get("jax_twin_rel_err", 0.0) > WRONG_GRADIENT or "jax_error" in r]
+    summary["jax_twins_off"] = twins
+    print(f"JAX twins whose gradient differs from torch autograd or that did not run: {', '.join(twins) or 'none'}")
+    causes: dict[tuple, list] = {}
+    for r in rows:
+        if r["status"] != "coarsened":
+            causes.setdefault((r["status"], r.get("cause", "")), []).append(r["function"])
+    table = [{"status": s, "count": len(fs), "cause": c, "functions": ", ".join(fs)}
+             for (s, c), fs in sorted(causes.items(), key=lambda item: (-len(item[1]), item[0]))]
+    print("\nnot coarsened, by cause:")
+    print_table(table, ["status", "count", "cause", "functions"])
+    return summary
+
+
+def corpus_main(quick: bool = False, timeout: float | None = None, names: list[str] | None = None) -> list[dict]:
+    """``sparsad bench coarsen``'s corpus part: table, CSV and plots in bench/results/, then the summary."""
+    from bench.corpora.coarsen import CASES, CASES_BY_NAME
+
+    unknown = [n for n in names or [] if n not in CASES_BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown corpus function(s): {', '.join(unknown)}")
+    timeout = timeout or (CORPUS_QUICK_TIMEOUT_S if quick else CORPUS_TIMEOUT_S)
+    names = names or [c.name for c in CASES]
+    draws, repeat = (2, 5) if quick else (3, 20)
+    print(f"\n=== coarsening corpus: {len(names)} functions, {draws} draws each, "
+          f"{'small' if quick else 'natural'} trip counts, {timeout:.0f} s per function ===")
+    rows = run_corpus(names, small=quick, draws=draws, repeat=repeat, timeout=timeout)
+    print_table(rows, CORPUS_COLUMNS)
+    print(f"CSV: {write_csv('coarsen_corpus', rows)}")
+    done = [r for r in rows if "speedup_vs_torch" in r and r["status"] == "coarsened"]
+    if done:
+        plot_bars("coarsen_corpus", done, "function", "speedup_vs_torch", name="coarsen_corpus_vs_torch",
+                  title="corpus, coarsened functions: coarsen.grad speed-up over torch autograd")
+    with_jax = [r for r in done if "speedup_vs_jax" in r]
+    if with_jax:
+        plot_bars("coarsen_corpus", with_jax, "function", "speedup_vs_jax", name="coarsen_corpus_vs_jax",
+                  title="corpus, coarsened functions: coarsen.grad speed-up over jax.jit(jax.grad)")
+    timed = [dict(r, first_call_s=r.get("first_call_s", timeout)) for r in rows if r["status"] != "harness error"]
+    if timed:
+        plot_bars("coarsen_corpus", timed, "function", "first_call_s", name="coarsen_corpus_first_call",
+                  title="corpus: first call of coarsen.grad (s; timeouts at the limit)")
+    summarize_corpus(rows, timeout)
+    return rows
+
+
+def _float_option(argv: list[str], flag: str) -> float | None:
+    values = [argv[k + 1] for k, a in enumerate(argv[:-1]) if a == flag]
+    return float(values[-1]) if values else None
+
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv, apps=_apps_from_argv(sys.argv))
+    argv = sys.argv
+    main(quick="--quick" in argv, apps=_apps_from_argv(argv), corpus="--no-corpus" not in argv,
+         only_corpus="--corpus-only" in argv, timeout=_float_option(argv, "--timeout"),
+         cases=[argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--case"] or None)
