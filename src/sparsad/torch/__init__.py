@@ -18,10 +18,14 @@ from sparsad.torch.linalg import (
     transpose,
 )
 from sparsad.torch.matrix import DenseResultWarning, SparseMatrix
-from sparsad.torch.solve import cg, spsolve, triangular_solve
+from sparsad.ops.solve import ConvergenceInfo, ConvergenceWarning
+from sparsad.torch.cholesky import Cholesky, cholesky
+from sparsad.torch.krylov import LinearOperator, bicgstab, cg, gmres, minres
+from sparsad.torch.solve import SparseLU, logdet, slogdet, splu, splu_solve, spsolve, triangular_solve
 
 __all__ = [
     "SparseMatrix", "DenseResultWarning", "spmv", "spmm", "spgemm", "add", "scale", "transpose",
     "diagonal", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
-    "gradcheck", "gradgradcheck",
+    "gradcheck", "gradgradcheck", "cholesky", "Cholesky", "logdet", "slogdet", "splu", "splu_solve", "SparseLU",
+    "minres", "gmres", "bicgstab", "LinearOperator", "ConvergenceInfo", "ConvergenceWarning",
 ]

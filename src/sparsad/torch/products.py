@@ -19,6 +19,7 @@ import torch
 from sparsad.ops.pattern import CSRPattern
 from sparsad.ops.spgemm import SpGEMM
 from sparsad.torch import _autograd
+from sparsad.torch._functorch import loop_vmap
 
 
 def _wrapped(tensor: torch.Tensor) -> bool:
@@ -78,13 +79,7 @@ class _Gustavson(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, product, out_role, u, v, _precomputed=None):
-        u_dim, v_dim = in_dims[2], in_dims[3]
-        rows = []
-        for index in range(info.batch_size):
-            ui = u if u_dim is None else u.select(u_dim, index)
-            vi = v if v_dim is None else v.select(v_dim, index)
-            rows.append(_Gustavson.apply(product, out_role, ui, vi))
-        return torch.stack(rows), 0
+        return loop_vmap(_Gustavson, info, in_dims[:4], product, out_role, u, v)
 
 
 def _apply(product: SpGEMM, out_role: int, operands: dict[int, torch.Tensor]) -> torch.Tensor:
