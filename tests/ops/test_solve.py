@@ -63,12 +63,12 @@ def test_lu_singular():
 def test_cg_on_spd_data(suitesparse):
     matrix = suitesparse("HB/662_bus")
     b = np.random.default_rng(3).standard_normal((matrix.shape[0], 2))
-    x, iterations = cg(lambda v: matrix @ v, b, tol=1e-10)
+    x, info = cg(lambda v: matrix @ v, b, rtol=1e-10)
     np.testing.assert_allclose(x, scipy.sparse.linalg.spsolve(matrix.tocsc(), b), rtol=1e-6, atol=1e-8)
-    assert 0 < iterations < 10 * matrix.shape[0]
+    assert info.converged and 0 < info.iterations < 10 * matrix.shape[0] and info.info == 0
 
 
 def test_cg_warns_without_convergence():
     matrix = sp.diags([np.linspace(1, 1e4, 50)], [0]).tocsr()
     with pytest.warns(ConvergenceWarning, match="no convergence in 3 iterations"):
-        cg(lambda v: matrix @ v, np.ones(50), tol=1e-12, maxiter=3)
+        cg(lambda v: matrix @ v, np.ones(50), rtol=1e-12, maxiter=3)

@@ -87,7 +87,7 @@ def test_solves_masked_gradient_vs_dense(solver):
     A = spd(8, 1) if solver == "cg" else SparseMatrix.from_scipy(
         (sp.random(8, 8, density=0.4, random_state=2) + 2 * sp.eye(8)).tocsr(), requires_grad=True)
     b = torch.randn(8, dtype=f64, requires_grad=True)
-    x = sat.spsolve(A, b) if solver == "spsolve" else sat.cg(A, b, tol=1e-13)
+    x = sat.spsolve(A, b) if solver == "spsolve" else sat.cg(A, b, rtol=1e-13)
     dense = A.to_dense().detach().requires_grad_(True)
     ref = torch.linalg.solve(dense, b)
     torch.testing.assert_close(x, ref)
@@ -104,8 +104,8 @@ def test_spsolve_and_cg_gradchecks():
     b = torch.randn(6, 2, dtype=f64, requires_grad=True)
     assert sat.gradcheck(sat.spsolve, [A, b])
     assert sat.gradgradcheck(sat.spsolve, [A, b])
-    assert sat.gradcheck(lambda A, b: sat.cg(A, b, tol=1e-14), [A, b])
-    assert sat.gradgradcheck(lambda A, b: sat.cg(A, b, tol=1e-14), [A, b], fast_mode=True)
+    assert sat.gradcheck(lambda A, b: sat.cg(A, b, rtol=1e-14), [A, b])
+    assert sat.gradgradcheck(lambda A, b: sat.cg(A, b, rtol=1e-14), [A, b], fast_mode=True)
 
 
 def test_spsolve_reuses_one_factorisation(monkeypatch):
@@ -168,7 +168,7 @@ def test_solve_gradchecks_and_cg_on_662_bus(suitesparse):
     L = SparseMatrix.from_scipy(sp.tril(matrix).tocsr(), requires_grad=True)
     assert sat.gradcheck(lambda L, b: sat.triangular_solve(L, b), [L, b], fast_mode=True, rtol=1e-4)
     x = sat.spsolve(A, b)
-    xc = sat.cg(A, b, tol=1e-12)  # implicit CG gradient equals the direct solve's
+    xc = sat.cg(A, b, rtol=1e-12)  # implicit CG gradient equals the direct solve's
     torch.testing.assert_close(xc, x, rtol=1e-7, atol=1e-8)
     g = torch.randn(n, dtype=f64)
     torch.testing.assert_close(torch.autograd.grad(xc, A.values, g)[0],
@@ -184,7 +184,7 @@ def test_solve_forward_mode():
     dense, ddense = A.to_dense().detach(), SparseMatrix._wrap(A.pattern, dA).to_dense()
     x = torch.linalg.solve(dense, b)
     expected = torch.linalg.solve(dense, db - ddense @ x)
-    for solve in (sat.spsolve, lambda A, b: sat.cg(A, b, tol=1e-14)):
+    for solve in (sat.spsolve, lambda A, b: sat.cg(A, b, rtol=1e-14)):
         with fwAD.dual_level():
             Ad = SparseMatrix._wrap(A.pattern, fwAD.make_dual(A.values.detach(), dA))
             tangent = fwAD.unpack_dual(solve(Ad, fwAD.make_dual(b, db))).tangent
@@ -197,7 +197,7 @@ def test_solve_gradgradchecks_on_bcsstk01(suitesparse):
     A = SparseMatrix.from_scipy(matrix, requires_grad=True)
     L = SparseMatrix.from_scipy(sp.tril(matrix).tocsr(), requires_grad=True)
     b = torch.randn(matrix.shape[0], dtype=f64, generator=torch.Generator().manual_seed(3), requires_grad=True)
-    for op, M in [(sat.spsolve, A), (lambda A, b: sat.cg(A, b, tol=1e-13), A),
+    for op, M in [(sat.spsolve, A), (lambda A, b: sat.cg(A, b, rtol=1e-13), A),
                   (lambda L, b: sat.triangular_solve(L, b, transpose=True), L)]:
         assert sat.gradcheck(op, [M, b], fast_mode=True)
         assert sat.gradgradcheck(op, [M, b], fast_mode=True)

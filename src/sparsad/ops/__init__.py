@@ -4,7 +4,7 @@ Arrays in, arrays out; nothing here imports a front end (torch, jax). The bridge
 """
 from sparsad.ops.contract import Terms, spmm_terms
 from sparsad.ops.pattern import CSRPattern
-from sparsad.ops.solve import ConvergenceWarning, LUFactor, cg, triangular_solve
+from sparsad.ops.solve import CholeskyFactor, ConvergenceInfo, ConvergenceWarning, LUFactor, cg, triangular_solve
 
-__all__ = ["CSRPattern", "Terms", "spmm_terms", "LUFactor", "cg", "triangular_solve",
+__all__ = ["CSRPattern", "Terms", "spmm_terms", "LUFactor", "CholeskyFactor", "ConvergenceInfo", "cg", "triangular_solve",
            "ConvergenceWarning"]

@@ -139,7 +139,7 @@ class CSRPattern:
     # -- symbolic phases of binary ops, cached per partner pattern -----------------------------
     @cached_property
     def _partners(self) -> dict:
-        return {"add": weakref.WeakKeyDictionary(), "matmul": weakref.WeakKeyDictionary()}
+        return {"add": weakref.WeakKeyDictionary(), "product": weakref.WeakKeyDictionary()}
 
     def union(self, other: "CSRPattern") -> tuple["CSRPattern", np.ndarray, np.ndarray]:
         """Pattern of A + B and the position of each entry of A and of B in it."""
@@ -156,13 +156,31 @@ class CSRPattern:
             cache[other] = (union, np.searchsorted(keys, self.keys), np.searchsorted(keys, other.keys))
         return cache[other]
 
-    def matmul(self, other: "CSRPattern"):
-        """Pattern of A @ B and its triplets (a-entry, b-entry, c-entry), see `ops.spgemm_symbolic`."""
+    def product(self, other: "CSRPattern"):
+        """The reusable symbolic phase of A @ B (`ops.spgemm.SpGEMM`), computed once per partner."""
         if self.shape[1] != other.shape[0]:
             raise ShapeError(f"A @ B needs A.shape[1] == B.shape[0], got A {self.shape} and B {other.shape}")
-        cache = self._partners["matmul"]
+        cache = self._partners["product"]
         if other not in cache:
-            from sparsad.ops.spgemm import spgemm_symbolic
+            from sparsad.ops.spgemm import SpGEMM
 
-            cache[other] = spgemm_symbolic(self, other)
+            cache[other] = SpGEMM(self, other)
         return cache[other]
+
+    def product_with_values(self, other: "CSRPattern", values, other_values):
+        """(SpGEMM, values of A @ B): on a first call the symbolic and numeric phases run as one pass."""
+        cache = self._partners["product"]
+        if other in cache:
+            product = cache[other]
+            return product, product.values(values, other_values)
+        from sparsad.ops.spgemm import SpGEMM
+
+        product, result = SpGEMM.with_values(self, other, values, other_values)
+        cache[other] = product
+        return product, result
+
+    def matmul(self, other: "CSRPattern"):
+        """Pattern of A @ B and its explicit term list (a-entry, b-entry, c-entry): O(flops) memory,
+        for consumers that need terms; `product` evaluates without them."""
+        product = self.product(other)
+        return product.pattern, product.terms

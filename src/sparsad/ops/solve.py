@@ -32,7 +32,10 @@ def check_triangular(pattern: CSRPattern, values: np.ndarray, lower: bool, unit:
                          f"pass lower={not lower} or drop those entries")
     if not unit:
         pos = pattern.diagonal_positions
-        missing = np.flatnonzero((pos < 0) | (values[np.maximum(pos, 0)] == 0))
+        stored = pos >= 0
+        diagonal = np.zeros(pos.shape[0], dtype=values.dtype)
+        diagonal[stored] = values[pos[stored]]
+        missing = np.flatnonzero(diagonal == 0)
         if missing.size:
             raise InputError(f"{name} is singular: diagonal entry ({missing[0]}, {missing[0]}) is zero or not "
                              "stored; pass unit_diagonal=True if the diagonal is implicitly 1")
@@ -50,53 +53,228 @@ def triangular_solve(pattern: CSRPattern, values: np.ndarray, b: np.ndarray, low
 class LUFactor:
     """SuperLU factorisation of a square CSR matrix, solving with A or A^T (reused by the backward)."""
 
-    def __init__(self, pattern: CSRPattern, values: np.ndarray, name: str = "A"):
+    def __init__(self, pattern: CSRPattern, values: np.ndarray, name: str = "A", **splu_options):
         import scipy.sparse.linalg
 
         if pattern.shape[0] != pattern.shape[1]:
             raise ShapeError(f"{name} must be square to solve with it, got shape {pattern.shape}")
         if values.dtype not in (np.float32, np.float64):
             raise UnsupportedError(f"{name} must be float32 or float64 for SuperLU, got {values.dtype}")
+        if not np.isfinite(values).all():
+            raise InputError(f"{name} holds NaN or inf values; a factorisation needs finite entries")
+        self.pattern, self.n = pattern, pattern.shape[0]
+        self.dtype = values.dtype
+        if self.n == 0:
+            self.lu = None
+            return
         matrix = pattern.to_scipy(values).tocsc()
         try:
-            self.lu = scipy.sparse.linalg.splu(matrix)
+            self.lu = scipy.sparse.linalg.splu(matrix, **splu_options)
         except RuntimeError as exc:  # SuperLU reports exact singularity this way
             raise InputError(f"{name} is singular (SuperLU: {exc}); a direct solve needs an invertible matrix") from None
-        self.dtype = values.dtype
 
     def solve(self, b: np.ndarray, transpose: bool = False) -> np.ndarray:
-        out = self.lu.solve(np.asarray(b, dtype=self.dtype), trans="T" if transpose else "N")
+        b = np.asarray(b, dtype=self.dtype)
+        if self.lu is None or b.size == 0:
+            return np.zeros(b.shape, dtype=self.dtype)
+        out = self.lu.solve(b, trans="T" if transpose else "N")
         return np.ascontiguousarray(out)
 
+    def slogdet(self) -> tuple[float, float]:
+        """(sign, log|det A|) from the triangular factors: det A = det(Pr) det(Pc) prod diag(U)."""
+        if self.lu is None:
+            return 1.0, 0.0
+        diagonal = self.lu.U.diagonal()
+        sign = np.prod(np.sign(diagonal)) * _permutation_sign(self.lu.perm_r) * _permutation_sign(self.lu.perm_c)
+        return float(sign), float(np.sum(np.log(np.abs(diagonal))))
 
-def cg(matvec: Callable, b, *, tol: float = 1e-10, maxiter: int | None = None, x0=None,
-       name: str = "cg"):
-    """Conjugate gradients for SPD systems, columns of b solved together.
+    def selected_inverse(self, transpose: bool = True, block: int = 128) -> np.ndarray:
+        """(A^-T)[i, j] (or (A^-1)[i, j]) for every stored entry (i, j) of A's pattern.
 
-    Stops when every column's residual norm is at most tol * ||b column||. Returns (x, iterations).
-    Warns ConvergenceWarning at maxiter (default 10 n).
+        Columns of the inverse are solved `block` at a time and only the pattern's entries kept:
+        O(n * block) memory, n / block multi-column solves."""
+        pattern = self.pattern
+        out = np.empty(pattern.nnz, dtype=self.dtype)
+        for start in range(0, self.n, block):
+            stop = min(start + block, self.n)
+            unit = np.zeros((self.n, stop - start), dtype=self.dtype)
+            unit[np.arange(start, stop), np.arange(stop - start)] = 1.0
+            # (A^-T)[i, j] = (A^-1)[j, i]: column i of A^-1, read at the row's columns j
+            columns = self.solve(unit, transpose=not transpose)
+            lo, hi = pattern.indptr[start], pattern.indptr[stop]
+            out[lo:hi] = columns[pattern.indices[lo:hi], pattern.rows[lo:hi] - start]
+        return out
+
+
+def _permutation_sign(perm: np.ndarray) -> int:
+    """+1 or -1: the parity of a permutation, from its cycle decomposition (O(n))."""
+    seen = np.zeros(perm.shape[0], dtype=bool)
+    transpositions = 0
+    for start in range(perm.shape[0]):
+        if seen[start]:
+            continue
+        length, node = 0, start
+        while not seen[node]:
+            seen[node] = True
+            node = perm[node]
+            length += 1
+        transpositions += length - 1
+    return -1 if transpositions % 2 else 1
+
+
+def check_symmetric(pattern: CSRPattern, values: np.ndarray, rtol: float, name: str = "A") -> None:
+    """Raise unless A is square, structurally symmetric and |A - A^T| <= rtol max|A| entrywise."""
+    if pattern.shape[0] != pattern.shape[1]:
+        raise ShapeError(f"{name} must be square, got shape {pattern.shape}")
+    transposed, perm = pattern.transpose
+    if not (np.array_equal(transposed.indptr, pattern.indptr) and np.array_equal(transposed.indices, pattern.indices)):
+        missing = np.setdiff1d(transposed.keys, pattern.keys)[:1]
+        i, j = divmod(int(missing[0]), pattern.shape[1]) if missing.size else (0, 0)
+        raise InputError(f"{name} is not structurally symmetric: ({i}, {j}) is stored but ({j}, {i}) is not; "
+                         f"this method needs a symmetric matrix (store both triangles, or use a method for "
+                         f"general matrices: spsolve, gmres, bicgstab)")
+    if values.size:
+        gap = np.abs(values - values[perm])
+        scale = np.abs(values).max()
+        worst = int(np.argmax(gap))
+        if gap[worst] > rtol * scale:
+            raise InputError(
+                f"{name} is not symmetric: |{name}[{pattern.rows[worst]}, {pattern.indices[worst]}] - "
+                f"{name}[{pattern.indices[worst]}, {pattern.rows[worst]}]| = {gap[worst]:.3g} > "
+                f"{rtol:g} * max|{name}|; symmetrise with (A + A.T) / 2 or use a method for general matrices")
+
+
+class CholeskyFactor(LUFactor):
+    """Sparse Cholesky A = P L D L^T P^T of a symmetric positive definite matrix.
+
+    SuperLU (SciPy) factors in symmetric mode: a fill-reducing symmetric ordering (minimum degree
+    on A + A^T) and diagonal pivots only, so its U is D L^T. Positive definiteness is checked
+    on D. Solves run with the full stored matrix, so they are exact for every stored value.
+
+    Example:
+        >>> import numpy as np, scipy.sparse as sp
+        >>> m = sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]]))
+        >>> f = CholeskyFactor(CSRPattern(m.indptr, m.indices, m.shape), m.data)
+        >>> round(f.logdet(), 6) == round(float(np.log(11.0)), 6)
+        True
     """
+
+    def __init__(self, pattern: CSRPattern, values: np.ndarray, name: str = "A", symmetry_rtol: float = 1e-6):
+        check_symmetric(pattern, values, symmetry_rtol, name)
+        super().__init__(pattern, values, name, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                         options={"SymmetricMode": True})
+        if self.lu is None:
+            self.perm, self.d = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=self.dtype)
+            return
+        if not np.array_equal(self.lu.perm_r, self.lu.perm_c):
+            raise InputError(f"{name} is not positive definite: SuperLU had to pivot off the diagonal "
+                             "(use spsolve or logdet for indefinite matrices)")
+        self.d = self.lu.U.diagonal()
+        bad = np.flatnonzero(~(self.d > 0))
+        if bad.size:
+            raise InputError(f"{name} is not positive definite: pivot {int(bad[0])} of its Cholesky factor is "
+                             f"{self.d[bad[0]]:.3g}; use spsolve or logdet for indefinite matrices")
+        self.perm = self.lu.perm_c  # original index i sits at position perm[i] of the factor
+
+    def logdet(self) -> float:
+        """log det A = sum log D."""
+        return float(np.sum(np.log(self.d)))
+
+    def _lower(self):
+        lower = self.lu.L.tocsr()
+        lower.sort_indices()
+        return lower
+
+    def sample(self, count: int, rng: np.random.Generator, covariance: bool = False) -> np.ndarray:
+        """`count` draws (n, count) from N(0, A^-1) (A a precision matrix), or N(0, A) if covariance.
+
+        With C = L D^1/2 and A = P C C^T P^T: x = P C^-T z has covariance A^-1, x = P C z has A."""
+        import scipy.sparse.linalg
+
+        z = rng.standard_normal((self.n, count)).astype(self.dtype, copy=False)
+        if self.n == 0:
+            return z
+        lower = self._lower()
+        root = np.sqrt(self.d)[:, None]
+        if covariance:
+            y = lower @ (root * z)
+        else:
+            y = scipy.sparse.linalg.spsolve_triangular(lower.T.tocsr(), z / root, lower=False, unit_diagonal=True)
+        return np.ascontiguousarray(y[self.perm])
+
+
+class ConvergenceInfo:
+    """What an iterative solve did: iterations, final relative residual, and scipy's info code
+    (0 converged, > 0 the iteration count at which it stopped unconverged)."""
+
+    __slots__ = ("iterations", "residual", "converged")
+
+    def __init__(self, iterations: int, residual: float, converged: bool):
+        self.iterations, self.residual, self.converged = int(iterations), float(residual), bool(converged)
+
+    @property
+    def info(self) -> int:
+        return 0 if self.converged else max(self.iterations, 1)
+
+    def __repr__(self) -> str:
+        state = "converged" if self.converged else "NOT converged"
+        return f"ConvergenceInfo({state}, iterations={self.iterations}, relative residual={self.residual:.3g})"
+
+
+def cg(matvec: Callable, b, *, rtol: float = 1e-10, atol: float = 0.0, maxiter: int | None = None, x0=None,
+       M: Callable | None = None, name: str = "cg", tol: float | None = None, warn: bool = True):
+    """Preconditioned conjugate gradients for SPD systems, the columns of b solved together.
+
+    Stops when every column's residual norm is at most max(rtol * ||b column||, atol) (SciPy's
+    rule). Returns (x, ConvergenceInfo). Warns ConvergenceWarning at maxiter (default 10 n).
+    Raises InputError when a search direction has p^T A p <= 0 (A is not positive definite).
+    Written against the array protocol, so it runs on NumPy arrays and on torch tensors alike.
+    """
+    if tol is not None:
+        rtol = tol
     n = b.shape[0]
     maxiter = 10 * n if maxiter is None else int(maxiter)
+    precondition = (lambda r: r * 1) if M is None else M
     x = b * 0 if x0 is None else x0 * 1
     r = b - matvec(x) if x0 is not None else b * 1
-    p = r * 1
-    rs = (r * r).sum(0)
-    target = tol * tol * (b * b).sum(0)
+    bnorm2 = (b * b).sum(0)
+    target = np.maximum(rtol * rtol * bnorm2, atol * atol) if not hasattr(bnorm2, "clamp") else \
+        (rtol * rtol * bnorm2).clamp(min=atol * atol)
+    z = precondition(r)
+    p = z * 1
+    rz = (r * z).sum(0)
+    rr = (r * r).sum(0)
     for it in range(maxiter + 1):
-        if bool((rs <= target).all()):
-            return x, it
+        if bool((rr <= target).all()):
+            return x, ConvergenceInfo(it, _relative(rr, bnorm2), True)
         if it == maxiter:
             break
         ap = matvec(p)
         pap = (p * ap).sum(0)
-        alpha = rs / (pap + (pap == 0))
+        active = rr > target
+        if bool(((pap <= 0) & active).any()):
+            raise InputError(f"{name}: A is not positive definite (p^T A p = {float(pap.min()):.3g} <= 0 at "
+                             f"iteration {it}); CG needs a symmetric positive definite matrix (and "
+                             f"preconditioner): use minres for symmetric indefinite, gmres otherwise")
+        alpha = rz / (pap + (pap == 0))
+        alpha = alpha * active  # converged columns stop moving
         x = x + alpha * p
         r = r - alpha * ap
-        rs_new = (r * r).sum(0)
-        p = r + (rs_new / (rs + (rs == 0))) * p
-        rs = rs_new
-    ratio = float(((rs / (target + (target == 0))) ** 0.5).max()) * tol
-    warnings.warn(f"{name}: no convergence in {maxiter} iterations (relative residual {ratio:.2e} > tol {tol:g}); "
-                  "raise maxiter or precondition the system", ConvergenceWarning, stacklevel=3)
-    return x, maxiter
+        z = precondition(r)
+        rz_new = (r * z).sum(0)
+        rr = (r * r).sum(0)
+        p = z + (rz_new / (rz + (rz == 0))) * p
+        rz = rz_new
+    info = ConvergenceInfo(maxiter, _relative(rr, bnorm2), False)
+    if warn:
+        warnings.warn(f"{name}: no convergence in {maxiter} iterations (relative residual {info.residual:.2e} > "
+                      f"rtol {rtol:g}); raise maxiter or precondition the system (M=...)", ConvergenceWarning,
+                      stacklevel=3)
+    return x, info
+
+
+def _relative(rr, bnorm2) -> float:
+    ratio = rr / (bnorm2 + (bnorm2 == 0))
+    if ratio.ndim and ratio.shape[0] == 0:
+        return 0.0
+    return float(ratio.max()) ** 0.5

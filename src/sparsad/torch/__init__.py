@@ -18,11 +18,16 @@ from sparsad.torch.linalg import (
     transpose,
 )
 from sparsad.torch.matrix import DenseResultWarning, SparseMatrix
+from sparsad.ops.solve import ConvergenceInfo, ConvergenceWarning
+from sparsad.torch.cholesky import Cholesky, cholesky
+from sparsad.torch.krylov import LinearOperator, bicgstab, cg, gmres, minres
 from sparsad.torch.program import TorchProgram, compile_program
-from sparsad.torch.solve import cg, spsolve, triangular_solve
+from sparsad.torch.solve import SparseLU, logdet, slogdet, splu, splu_solve, spsolve, triangular_solve
 
 __all__ = [
     "SparseMatrix", "DenseResultWarning", "spmv", "spmm", "spgemm", "add", "scale", "transpose",
     "diagonal", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
     "gradcheck", "gradgradcheck", "compile_program", "TorchProgram",
+    "cholesky", "Cholesky", "logdet", "slogdet", "splu", "splu_solve", "SparseLU",
+    "minres", "gmres", "bicgstab", "LinearOperator", "ConvergenceInfo", "ConvergenceWarning",
 ]

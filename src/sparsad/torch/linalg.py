@@ -52,11 +52,6 @@ def _terms_of(pattern):
 
 
 @torch.compiler.disable
-def _product_pattern(pa, pb):
-    return pa.matmul(pb)
-
-
-@torch.compiler.disable
 def _transposed_pattern(pattern):
     return pattern.transpose[0]
 
@@ -147,8 +142,9 @@ def spgemm(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
     """Sparse @ sparse with masked gradients for both operands (structural output pattern, cached)."""
     A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
     _same_kind(A, B)
-    pattern, terms = _product_pattern(A.pattern, B.pattern)
-    values = contract(terms, 2, {0: A.values, 1: B.values})
+    from sparsad.torch import products
+
+    pattern, values = products.spgemm(A.pattern, A.values, B.pattern, B.values)  # symbolic phase cached
     return SparseMatrix._wrap(pattern, values)
 
 

@@ -1,12 +1,23 @@
-"""Differentiable sparse solves: triangular, direct (SuperLU, factorisation reused in backward), CG.
+"""Differentiable sparse direct solves: triangular, LU (SuperLU) and log-determinants.
 
 For x = M^{-1} b the VJP is gb = M^{-T} g and gM = -(gb x^T) masked to M's pattern; the JVP is
-dx = M^{-1}(db - dM x). Backward passes are built from the same Functions, so they differentiate
-again (create_graph=True).
+dx = M^{-1}(db - dM x). For log|det M| the gradient is M^{-T} on M's pattern (a selected
+inverse). Backward passes are built from the same Functions, so they differentiate again
+(create_graph=True), and every Function has a jvp and a vmap rule (torch.func works).
+
+A factorisation happens once, inside the first forward that needs it (where torch.func hands
+over plain tensors), and is reused by every backward, jvp and later solve of the same matrix.
+
+Example:
+    >>> import torch, scipy.sparse as sp
+    >>> from sparsad.torch import SparseMatrix
+    >>> A = SparseMatrix.from_scipy(sp.eye(3, format="csr") * 2.0, requires_grad=True)
+    >>> spsolve(A, torch.ones(3, dtype=torch.float64))
+    tensor([0.5000, 0.5000, 0.5000], dtype=torch.float64, grad_fn=<_FactorSolveBackward>)
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -16,8 +27,12 @@ from sparsad.ops import solve as _solve
 from sparsad.ops.contract import spmm_terms
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch._autograd import _evaluate, contract
-from sparsad.torch.linalg import _index, check_dense, transpose
+from sparsad.torch._functorch import loop_vmap
+from sparsad.torch.linalg import _index, check_dense
 from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
+
+#: Second derivatives of a log-determinant form the dense inverse; refused above this order.
+SECOND_ORDER_LOGDET_MAX_N = 4096
 
 
 def _masked_outer(pattern: CSRPattern, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -35,6 +50,17 @@ def _apply(pattern: CSRPattern, values: torch.Tensor, x: torch.Tensor) -> torch.
     return _evaluate(spmm_terms(pattern), 2, values, x)
 
 
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().contiguous().cpu().numpy()
+
+
+def _as_columns(A: SparseMatrix, b: Any, name: str = "b") -> tuple[torch.Tensor, bool]:
+    b = check_dense(A, b, name, A.shape[0], 0, "length (rows)")
+    if b.ndim > 2:
+        raise ShapeError(f"{name} must be 1-D or 2-D (n, k), got shape {tuple(b.shape)}")
+    return (b[:, None], True) if b.ndim == 1 else (b, False)
+
+
 # -- triangular -----------------------------------------------------------------------------------
 def _offdiagonal_mask(pattern: CSRPattern, like: torch.Tensor) -> torch.Tensor:
     cache = pattern.__dict__.setdefault("_torch_index", {})
@@ -46,8 +72,7 @@ def _offdiagonal_mask(pattern: CSRPattern, like: torch.Tensor) -> torch.Tensor:
 
 def _tri_forward(pattern: CSRPattern, lower: bool, unit: bool, values: torch.Tensor, b: torch.Tensor):
     if values.device.type == "cpu":
-        out = _solve.triangular_solve(pattern, values.detach().numpy(), b.detach().contiguous().numpy(), lower, unit)
-        return torch.from_numpy(out)
+        return torch.from_numpy(_solve.triangular_solve(pattern, _numpy(values), _numpy(b), lower, unit))
     # Other devices: PyTorch's own CSR triangular solve (not exercised by the CPU-only tests).
     vals = values.detach()
     if unit:
@@ -59,12 +84,16 @@ def _tri_forward(pattern: CSRPattern, lower: bool, unit: bool, values: torch.Ten
 
 class _TriSolve(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, pattern, lower, unit, values, b):
-        x = _tri_forward(pattern, lower, unit, values, b)
+    def forward(pattern, lower, unit, values, b):
+        _solve.check_triangular(pattern, _numpy(values), lower, unit)
+        return _tri_forward(pattern, lower, unit, values, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pattern, lower, unit, values, _ = inputs
         ctx.pattern, ctx.lower, ctx.unit = pattern, lower, unit
-        ctx.save_for_backward(values, x)
-        ctx.save_for_forward(values, x)
-        return x
+        ctx.save_for_backward(values, output)
+        ctx.save_for_forward(values, output)
 
     @staticmethod
     def backward(ctx, g):
@@ -86,14 +115,11 @@ class _TriSolve(torch.autograd.Function):
             if ctx.unit:
                 dvalues = dvalues * _offdiagonal_mask(ctx.pattern, dvalues)
             rhs = rhs - _apply(ctx.pattern, dvalues, x)
-        return _tri_forward(ctx.pattern, ctx.lower, ctx.unit, values, rhs)
+        return _TriSolve.apply(ctx.pattern, ctx.lower, ctx.unit, values, rhs)
 
-
-def _as_columns(A: SparseMatrix, b: Any, name: str = "b") -> tuple[torch.Tensor, bool]:
-    b = check_dense(A, b, name, A.shape[0], 0, "length (rows)")
-    if b.ndim > 2:
-        raise ShapeError(f"{name} must be 1-D or 2-D (n, k), got shape {tuple(b.shape)}")
-    return (b[:, None], True) if b.ndim == 1 else (b, False)
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return loop_vmap(_TriSolve, info, in_dims, *args)
 
 
 def triangular_solve(L: SparseMatrix, b: torch.Tensor, lower: bool = True, unit_diagonal: bool = False,
@@ -103,41 +129,224 @@ def triangular_solve(L: SparseMatrix, b: torch.Tensor, lower: bool = True, unit_
     With unit_diagonal the stored diagonal is ignored (taken as 1) and gets no gradient.
     The gradient w.r.t. L is masked: -(L^{-T} g) x^T on L's pattern.
     """
+    from sparsad.torch.linalg import transpose as _transpose
+
     L = as_sparse_matrix(L, "L")
-    _solve.check_triangular(L.pattern, L.values.detach().cpu().numpy(), lower, unit_diagonal)
-    matrix, low = (globals()["transpose"](L), not lower) if transpose else (L, lower)
+    if L.shape[0] != L.shape[1]:
+        raise ShapeError(f"L must be square for a triangular solve, got shape {L.shape}")
+    matrix, low = (_transpose(L), not lower) if transpose else (L, lower)
     rhs, vector = _as_columns(matrix, b)
     x = _TriSolve.apply(matrix.pattern, low, bool(unit_diagonal), matrix.values, rhs)
     return x[:, 0] if vector else x
 
 
-# -- direct ---------------------------------------------------------------------------------------
-class _LUSolve(torch.autograd.Function):
-    """Solve M x = b where `factor` is the LU of M (transposed=False) or of M^T (transposed=True)."""
+# -- factorisations -------------------------------------------------------------------------------
+class FactorHandle:
+    """A factorisation of one matrix, built on first use from the values a forward receives."""
+
+    def __init__(self, pattern: CSRPattern, build: Callable[[CSRPattern, np.ndarray], Any]):
+        self.pattern, self._build, self.factor = pattern, build, None
+
+    def get(self, values: torch.Tensor):
+        if self.factor is None:
+            if values.device.type != "cpu":
+                raise UnsupportedError("sparse factorisations run on the CPU (SuperLU); move the matrix "
+                                       "with .to('cpu'), or use an iterative solver (cg, minres, gmres)")
+            self.factor = self._build(self.pattern, _numpy(values))
+        return self.factor
+
+    def fresh(self) -> "FactorHandle":
+        return FactorHandle(self.pattern, self._build)
+
+
+class _FactorSolve(torch.autograd.Function):
+    """Solve M x = b with M = A (transposed=False) or A^T, A the matrix of `handle` (values given)."""
 
     @staticmethod
-    def forward(ctx, pattern, factor, transposed, values, b):
-        x = torch.from_numpy(factor.solve(b.detach().contiguous().numpy(), transpose=transposed))
-        ctx.pattern, ctx.factor, ctx.transposed = pattern, factor, transposed
-        ctx.save_for_backward(values, x)
-        ctx.save_for_forward(values, x)
-        return x
+    def forward(pattern, handle, transposed, values, b):
+        return torch.from_numpy(handle.get(values).solve(_numpy(b), transpose=transposed))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pattern, handle, transposed, values, _ = inputs
+        ctx.pattern, ctx.handle, ctx.transposed = pattern, handle, transposed
+        ctx.save_for_backward(values, output)
+        ctx.save_for_forward(values, output)
 
     @staticmethod
     def backward(ctx, g):
         values, x = ctx.saved_tensors
-        tpattern, tvalues = _transposed(ctx.pattern, values)
-        gb = _LUSolve.apply(tpattern, ctx.factor, not ctx.transposed, tvalues, g)
-        gvalues = -_masked_outer(ctx.pattern, gb, x) if ctx.needs_input_grad[3] else None
+        gb = _FactorSolve.apply(ctx.pattern, ctx.handle, not ctx.transposed, values, g)
+        gvalues = None
+        if ctx.needs_input_grad[3]:  # entry (i, j) of op(A) is entry (j, i) of A when transposed
+            gvalues = -(_masked_outer(ctx.pattern, x, gb) if ctx.transposed else _masked_outer(ctx.pattern, gb, x))
         return None, None, None, gvalues, gb
 
     @staticmethod
-    def jvp(ctx, _p, _f, _t, dvalues, db):
+    def jvp(ctx, _p, _h, _t, dvalues, db):
         values, x = ctx.saved_tensors
         rhs = torch.zeros_like(x) if db is None else db
         if dvalues is not None:
-            rhs = rhs - _apply(ctx.pattern, dvalues, x)
-        return torch.from_numpy(ctx.factor.solve(rhs.detach().contiguous().numpy(), transpose=ctx.transposed))
+            if ctx.transposed:
+                tpattern, tdvalues = _transposed(ctx.pattern, dvalues)
+                rhs = rhs - _apply(tpattern, tdvalues, x)
+            else:
+                rhs = rhs - _apply(ctx.pattern, dvalues, x)
+        return _FactorSolve.apply(ctx.pattern, ctx.handle, ctx.transposed, values, rhs)
+
+    @staticmethod
+    def vmap(info, in_dims, pattern, handle, transposed, values, b):
+        results = []
+        for index in range(info.batch_size):
+            v = values if in_dims[3] is None else values.select(in_dims[3], index)
+            rhs = b if in_dims[4] is None else b.select(in_dims[4], index)
+            h = handle if in_dims[3] is None else handle.fresh()  # a batch of matrices: one factor each
+            results.append(_FactorSolve.apply(pattern, h, transposed, v, rhs))
+        return torch.stack(results), 0
+
+
+def _sandwich(pattern: CSRPattern, handle: FactorHandle, values: torch.Tensor, middle: torch.Tensor):
+    """(X S^T X) on the pattern, X = A^-T, S the sparse matrix of `middle` on the pattern
+    (differentiable; dense in n, so refused beyond SECOND_ORDER_LOGDET_MAX_N)."""
+    from sparsad.torch.linalg import spmm
+
+    n = pattern.shape[0]
+    if n > SECOND_ORDER_LOGDET_MAX_N:
+        raise UnsupportedError(
+            f"second derivatives of a log-determinant need the dense inverse of A ({n} x {n}), above the "
+            f"limit sparsad.torch.solve.SECOND_ORDER_LOGDET_MAX_N = {SECOND_ORDER_LOGDET_MAX_N}; raise it "
+            "knowingly, or use first-order gradients only")
+    eye = torch.eye(n, dtype=values.dtype, device=values.device)
+    inverse_t = _FactorSolve.apply(pattern, handle, True, values, eye)  # A^-T
+    left = spmm(SparseMatrix._wrap(pattern, middle), inverse_t.T.contiguous()).T  # X S^T
+    return _masked_outer(pattern, left.contiguous(), inverse_t.T.contiguous())
+
+
+class _SelectedInverse(torch.autograd.Function):
+    """(A^-T)[i, j] on A's pattern: the gradient of log|det A|."""
+
+    @staticmethod
+    def forward(pattern, handle, values):
+        return torch.from_numpy(handle.get(values).selected_inverse(transpose=True))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pattern, handle, values = inputs
+        ctx.pattern, ctx.handle = pattern, handle
+        ctx.save_for_backward(values)
+        ctx.save_for_forward(values)
+
+    @staticmethod
+    def backward(ctx, g):  # d(A^-T) = -A^-T dA^T A^-T, so the VJP is -(X G^T X) masked
+        (values,) = ctx.saved_tensors
+        return None, None, -_sandwich(ctx.pattern, ctx.handle, values, g)
+
+    @staticmethod
+    def jvp(ctx, _p, _h, dvalues):
+        (values,) = ctx.saved_tensors
+        return -_sandwich(ctx.pattern, ctx.handle, values, dvalues)
+
+    @staticmethod
+    def vmap(info, in_dims, pattern, handle, values):
+        if in_dims[2] is None:
+            return _SelectedInverse.apply(pattern, handle, values), None
+        return torch.stack([_SelectedInverse.apply(pattern, handle.fresh(), v) for v in values.unbind(in_dims[2])]), 0
+
+
+class _LogAbsDet(torch.autograd.Function):
+    """log|det A| from the factor; gradient A^-T on A's pattern (computed when asked for)."""
+
+    @staticmethod
+    def forward(pattern, handle, values):
+        factor = handle.get(values)
+        logabs = factor.logdet() if hasattr(factor, "logdet") else factor.slogdet()[1]
+        return torch.tensor(logabs, dtype=values.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pattern, handle, values = inputs
+        ctx.pattern, ctx.handle = pattern, handle
+        ctx.save_for_backward(values)
+        ctx.save_for_forward(values)
+
+    @staticmethod
+    def backward(ctx, g):
+        (values,) = ctx.saved_tensors
+        return None, None, g * _SelectedInverse.apply(ctx.pattern, ctx.handle, values)
+
+    @staticmethod
+    def jvp(ctx, _p, _h, dvalues):
+        (values,) = ctx.saved_tensors
+        return (_SelectedInverse.apply(ctx.pattern, ctx.handle, values) * dvalues).sum()
+
+    @staticmethod
+    def vmap(info, in_dims, pattern, handle, values):
+        if in_dims[2] is None:
+            return _LogAbsDet.apply(pattern, handle, values), None
+        return torch.stack([_LogAbsDet.apply(pattern, handle.fresh(), v) for v in values.unbind(in_dims[2])]), 0
+
+
+def _lu_handle(A: SparseMatrix) -> FactorHandle:
+    return FactorHandle(A.pattern, lambda pattern, values: _solve.LUFactor(pattern, values))
+
+
+def _eager(handle: FactorHandle, values: torch.Tensor) -> None:
+    """Factor now (so bad input fails at the call) unless inside a torch.func transform."""
+    if not torch._C._functorch.is_functorch_wrapped_tensor(values):
+        handle.get(values)
+
+
+class SparseLU:
+    """The LU factorisation (SuperLU) of a square SparseMatrix, reusable for many solves.
+
+    Solves and log-determinants are differentiable in A's values (masked) and in b; all reuse
+    this one factorisation, backward passes included.
+
+    Example:
+        >>> import torch, scipy.sparse as sp
+        >>> from sparsad.torch import SparseMatrix
+        >>> lu = splu(SparseMatrix.from_scipy(sp.csr_matrix([[2.0, 1.0], [0.0, 4.0]])))
+        >>> lu.solve(torch.tensor([3.0, 4.0], dtype=torch.float64))
+        tensor([1., 1.], dtype=torch.float64)
+    """
+
+    def __init__(self, A: SparseMatrix, handle: FactorHandle | None = None):
+        A = as_sparse_matrix(A, "A")
+        if A.shape[0] != A.shape[1]:
+            raise ShapeError(f"A must be square to factor it, got shape {A.shape}")
+        self.A = A
+        self.handle = _lu_handle(A) if handle is None else handle
+        _eager(self.handle, A.values)
+
+    def solve(self, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+        """x with A x = b (or A^T x = b), b of shape (n,) or (n, k)."""
+        rhs, vector = _as_columns(self.A, b)
+        x = _FactorSolve.apply(self.A.pattern, self.handle, bool(transpose), self.A.values, rhs)
+        return x[:, 0] if vector else x
+
+    def slogdet(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sign, log|det A|); the second is differentiable (gradient A^-T on A's pattern)."""
+        factor = self.handle.get(self.A.values.detach()) if not \
+            torch._C._functorch.is_functorch_wrapped_tensor(self.A.values) else None
+        sign = torch.tensor(factor.slogdet()[0] if factor is not None else float("nan"), dtype=self.A.dtype)
+        return sign, _LogAbsDet.apply(self.A.pattern, self.handle, self.A.values)
+
+    def logdet(self) -> torch.Tensor:
+        """log det A; NaN when det A < 0 (like torch.logdet). See slogdet for the sign."""
+        sign, logabs = self.slogdet()
+        return torch.where(sign > 0, logabs, torch.full_like(logabs, float("nan")))
+
+
+def splu(A: SparseMatrix) -> SparseLU:
+    """Factor A = Pr^T L U Pc^T once (SuperLU) for repeated differentiable solves (numml's splu)."""
+    return SparseLU(A)
+
+
+def splu_solve(lu: SparseLU, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """x = A^{-1} b (or A^{-T} b) with a factorisation from `splu` (numml's splu_solve)."""
+    if not isinstance(lu, SparseLU):
+        raise UnsupportedError(f"lu must come from sparsad.torch.splu, got {type(lu).__name__}")
+    return lu.solve(b, transpose)
 
 
 def spsolve(A: SparseMatrix, b: torch.Tensor) -> torch.Tensor:
@@ -146,54 +355,31 @@ def spsolve(A: SparseMatrix, b: torch.Tensor) -> torch.Tensor:
     if A.device.type != "cpu":
         raise UnsupportedError("spsolve runs SuperLU on the CPU; move A and b with .to('cpu') "
                                "(or use cg, which runs on any device)")
-    rhs, vector = _as_columns(A, b)
-    factor = _solve.LUFactor(A.pattern, A.values.detach().numpy())
-    x = _LUSolve.apply(A.pattern, factor, False, A.values, rhs)
-    return x[:, 0] if vector else x
-
-
-# -- conjugate gradients --------------------------------------------------------------------------
-def _cg_forward(pattern, values, b, tol, maxiter):
-    with torch.no_grad():
-        x, _ = _solve.cg(lambda v: _apply(pattern, values, v), b.detach(), tol=tol, maxiter=maxiter)
-    return x
-
-
-class _CGSolve(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, pattern, tol, maxiter, values, b):
-        x = _cg_forward(pattern, values.detach(), b, tol, maxiter)
-        ctx.pattern, ctx.tol, ctx.maxiter = pattern, tol, maxiter
-        ctx.save_for_backward(values, x)
-        ctx.save_for_forward(values, x)
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        values, x = ctx.saved_tensors
-        tpattern, tvalues = _transposed(ctx.pattern, values)
-        gb = _CGSolve.apply(tpattern, ctx.tol, ctx.maxiter, tvalues, g)  # implicit: one more solve
-        gvalues = -_masked_outer(ctx.pattern, gb, x) if ctx.needs_input_grad[3] else None
-        return None, None, None, gvalues, gb
-
-    @staticmethod
-    def jvp(ctx, _p, _t, _m, dvalues, db):
-        values, x = ctx.saved_tensors
-        rhs = torch.zeros_like(x) if db is None else db
-        if dvalues is not None:
-            rhs = rhs - _apply(ctx.pattern, dvalues, x)
-        return _cg_forward(ctx.pattern, values.detach(), rhs, ctx.tol, ctx.maxiter)
-
-
-def cg(A: SparseMatrix, b: torch.Tensor, tol: float = 1e-10, maxiter: int | None = None) -> torch.Tensor:
-    """x = A^{-1} b by conjugate gradients (A symmetric positive definite), any device.
-
-    Differentiated implicitly: the backward is one more CG solve with A^T, not backpropagation
-    through the iterations, so gradients are exact up to the solver tolerance.
-    """
-    A = as_sparse_matrix(A, "A")
     if A.shape[0] != A.shape[1]:
-        raise ShapeError(f"A must be square for cg, got shape {A.shape}")
+        raise ShapeError(f"A must be square to solve with it, got shape {A.shape}")
     rhs, vector = _as_columns(A, b)
-    x = _CGSolve.apply(A.pattern, float(tol), maxiter, A.values, rhs)
+    handle = _lu_handle(A)
+    _eager(handle, A.values)
+    x = _FactorSolve.apply(A.pattern, handle, False, A.values, rhs)
     return x[:, 0] if vector else x
+
+
+def slogdet(A: SparseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sign, log|det A|) of a general square matrix through its LU factor; differentiable in A."""
+    return SparseLU(A).slogdet()
+
+
+def logdet(A: SparseMatrix) -> torch.Tensor:
+    """log det A of a general square matrix through its LU factor (NaN if det A < 0, as torch.logdet).
+
+    For symmetric positive definite A, `cholesky(A).logdet()` is cheaper and checks definiteness.
+    The gradient is A^-T on A's pattern (masked), computed by block solves with the same factor.
+    """
+    return SparseLU(A).logdet()
+
+
+def cg(*args, **kwargs):
+    """Conjugate gradients; see `sparsad.torch.krylov.cg`."""
+    from sparsad.torch.krylov import cg as _cg
+
+    return _cg(*args, **kwargs)
