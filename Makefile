@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparsad-installed
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test bench docs clean-venv
 
 $(STAMP): requirements/all.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m sparsad bench all
+
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict -d site
 
 clean-venv:
 	rm -rf $(VENV)

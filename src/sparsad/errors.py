@@ -85,3 +85,36 @@ def dense_size_message(shape: tuple[int, ...], itemsize: int = 8) -> str:
             return f"{size:.1f} {unit}" if unit != "B" else f"{size} B"
         size /= 1024
     return f"{size} B"
+
+
+class MissingDependencyError(SparsadError, ImportError):
+    """An optional dependency (torch, jax, dask, ...) is needed and not installed; the message names the extra.
+
+    >>> str(MissingDependencyError("torch", "torch"))
+    "sparsad.torch needs PyTorch ('torch'), which is not installed: pip install 'sparsad[torch]'"
+    """
+
+    _LABELS = {"torch": "PyTorch", "jax": "JAX", "dask": "Dask", "sparse": "pydata/sparse"}
+
+    def __init__(self, module: str, extra: str):
+        self.module, self.extra = module, extra
+        label = self._LABELS.get(module, module)
+        super().__init__(f"sparsad.{extra} needs {label} ({module!r}), which is not installed: "
+                         f"pip install 'sparsad[{extra}]'")
+        self.name = module
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency or raise MissingDependencyError naming the extra to install.
+
+    >>> require("numpy", "core").__name__
+    'numpy'
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name != module and not (error.name or "").startswith(module + "."):
+            raise
+        raise MissingDependencyError(module, extra) from None

@@ -17,7 +17,6 @@ from sparsad.opt.fuse import fuse
 from sparsad.opt.interchange import interchange
 from sparsad.opt.normalize import normalize_products
 from sparsad.opt.sparsity import propagate_sparsity
-from sparsad.opt.egraph import saturate
 from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
@@ -45,6 +44,8 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
     if "aggregate" in passes:
         expr = stages["aggregate"] = aggregate(expr, physical_types)
     if "eqsat" in passes:
+        from sparsad.opt.egraph import saturate  # egglog is heavy: import it only when a program is compiled
+
         expr = stages["eqsat"] = saturate(expr, physical_types, loop_sizes(stored))
     if "normalize" in passes:
         expr = stages["normalize"] = normalize_products(expr, physical_types)
