@@ -18,11 +18,14 @@ PIP="$WORK/venv/bin/pip"
 
 cd "$WORK"
 "$WORK/venv/bin/python" - "$ROOT/docs/quickstart.md" <<'PY'
-import re, sys
+import linecache, re, sys, warnings
 text = open(sys.argv[1]).read()
 namespace = {"__name__": "quickstart"}
+warnings.simplefilter("error", UserWarning)  # a fallback or densify warning means the example is broken
 for number, block in enumerate(re.findall(r"^```python\n(.*?)^```", text, re.S | re.M), start=1):
-    exec(compile(block, f"quickstart.md[block {number}]", "exec"), namespace)
+    filename = f"<quickstart.md, block {number}>"
+    linecache.cache[filename] = (len(block), None, block.splitlines(keepends=True), filename)
+    exec(compile(block, filename, "exec"), namespace)
 import sparsad
 print(f"quick start ran with sparsad {sparsad.__version__} from {sparsad.__file__}")
 PY

@@ -5,9 +5,11 @@ that should not run is written as ```text or ```sh.
 """
 from __future__ import annotations
 
+import linecache
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,11 +35,18 @@ PAGES_WITH_CODE = [page for page in user_pages() if python_blocks(page)]
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_python_block_runs(page: Path, tmp_path, monkeypatch):
     pytest.importorskip("torch")
+    from sparsad.coarsen.plan import CoarsenFallbackWarning
+
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     for number, block in enumerate(python_blocks(page), start=1):
+        filename = f"<{page.name}, block {number}>"
+        # Registered as a source file, as a reader's script would be: coarsening reads function sources.
+        linecache.cache[filename] = (len(block), None, block.splitlines(keepends=True), filename)
         try:
-            exec(compile(block, f"{page.name}[block {number}]", "exec"), namespace)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", CoarsenFallbackWarning)  # an example that falls back is broken
+                exec(compile(block, filename, "exec"), namespace)
         except Exception as error:  # the failing block, named, is the useful message
             pytest.fail(f"{page.relative_to(ROOT)}, block {number} raised {type(error).__name__}: {error}")
 
