@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparsad-installed
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test bench docs check-install test-latest clean-venv
 
 $(STAMP): requirements/all.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,5 +21,19 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m sparsad bench all
 
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict -d site
+
+# A clean virtual environment, the built wheel with the [torch] extra, and the quick start.
+check-install:
+	bash scripts/check_install.sh $(PYTHON)
+
+# The test suite against the newest releases the declared ranges admit (torch stays the pinned CPU build).
+test-latest:
+	test -x .venv-latest/bin/python || $(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install -q --upgrade "$$(grep '^torch==' requirements/all.txt)"
+	.venv-latest/bin/python -m pip install -q --upgrade -e '.[jax,dask,sparse,bench,test,docs]'
+	.venv-latest/bin/python -m pytest -q -p no:cacheprovider --timeout=600
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-latest

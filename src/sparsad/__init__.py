@@ -11,11 +11,12 @@ from sparsad.errors import (
     DerivativeRuleError,
     DTypeError,
     FallbackWarning,
-    InternalError,
-    OptimizationWarning,
     FormatError,
     InputError,
+    InternalError,
     MemoryLimitError,
+    MissingDependencyError,
+    OptimizationWarning,
     OptionError,
     ProgramError,
     ProgramTypeError,
@@ -28,15 +29,29 @@ from sparsad.ad.api import Derivative, grad, jacobian, jvp, vjp
 from sparsad import formats
 from sparsad.compiler import CompiledProgram, compile
 from sparsad.formats import StoredTensor, as_format, from_arrays, from_logical
+from sparsad._version import __version__
 
-__version__ = "0.1.0.dev0"
+# Pillars with heavy or optional dependencies load on first use: `sparsad.torch`, `sparsad.coarsen`, ...
+_LAZY_SUBMODULES = ("torch", "jax", "tensor", "coarsen", "ops", "cli", "demo")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"sparsad.{name}")
+    raise AttributeError(f"module 'sparsad' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+
 
 __all__ = [
     "Program", "program", "errors", "Derivative", "grad", "jacobian", "jvp", "vjp",
     "compile", "CompiledProgram", "formats", "StoredTensor", "as_format", "from_arrays", "from_logical",
     "SparsadError", "ProgramError", "ProgramTypeError", "InputError", "FormatError", "ShapeError",
-    "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning",
-    "MemoryLimitError", "OptionError",
     "DTypeError", "DerivativeRuleError", "UnsupportedError", "DensifyWarning", "FallbackWarning",
-    "OptimizationWarning", "InternalError",
+    "OptimizationWarning", "InternalError", "MemoryLimitError", "OptionError", "MissingDependencyError",
+    "__version__",
 ]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sparsad._version import __version__
 from sparsad.errors import DTypeError, InputError, SparsadError, did_you_mean
 
 
@@ -191,6 +192,7 @@ def cmd_bench(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="sparsad", description="Differentiable sparse tensor programs.")
+    parser.add_argument("--version", action="version", version=f"sparsad {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a program on inputs with the reference interpreter")

@@ -121,3 +121,36 @@ def check_option(value, allowed, argument: str) -> None:
         return
     raise OptionError(f"{argument}={value!r} is not one of {tuple(allowed)}"
                       f"{did_you_mean(value, allowed) if isinstance(value, str) else ''}")
+
+
+class MissingDependencyError(SparsadError, ImportError):
+    """An optional dependency (torch, jax, dask, ...) is needed and not installed; the message names the extra.
+
+    >>> str(MissingDependencyError("torch", "torch"))
+    "sparsad.torch needs PyTorch ('torch'), which is not installed: pip install 'sparsad[torch]'"
+    """
+
+    _LABELS = {"torch": "PyTorch", "jax": "JAX", "dask": "Dask", "sparse": "pydata/sparse"}
+
+    def __init__(self, module: str, extra: str):
+        self.module, self.extra = module, extra
+        label = self._LABELS.get(module, module)
+        super().__init__(f"sparsad.{extra} needs {label} ({module!r}), which is not installed: "
+                         f"pip install 'sparsad[{extra}]'")
+        self.name = module
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency or raise MissingDependencyError naming the extra to install.
+
+    >>> require("numpy", "core").__name__
+    'numpy'
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name != module and not (error.name or "").startswith(module + "."):
+            raise
+        raise MissingDependencyError(module, extra) from None

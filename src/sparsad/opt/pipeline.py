@@ -20,7 +20,6 @@ from sparsad.opt.fuse import fuse
 from sparsad.opt.interchange import derived_types, interchange
 from sparsad.opt.normalize import normalize_products
 from sparsad.opt.sparsity import propagate_sparsity
-from sparsad.opt.egraph import saturate
 from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
@@ -52,6 +51,12 @@ def optional_pass(name: str, run: Callable[[Expr], Expr], expr: Expr, types: Map
     return expr
 
 
+def _saturate(expr: Expr, types, sizes) -> Expr:
+    from sparsad.opt.egraph import saturate  # egglog is heavy: imported when a program is first compiled
+
+    return saturate(expr, types, sizes)
+
+
 def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
              passes: frozenset[str] = OPTIONAL_PASSES, where: str = "") -> tuple[Expr, dict[str, Expr]]:
     """Optimize a logical program for inputs held in storage formats.
@@ -74,7 +79,7 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
     expr = stages["fuse"] = checked_stage("fuse", fuse(expr, physical_types), physical_types)
     optional = [
         ("aggregate", "aggregate", lambda e: aggregate(e, physical_types)),
-        ("eqsat", "eqsat", lambda e: saturate(e, physical_types, loop_sizes(stored))),
+        ("eqsat", "eqsat", lambda e: _saturate(e, physical_types, loop_sizes(stored))),
         ("normalize", "normalize", lambda e: normalize_products(e, physical_types)),
         ("normalize", "fuse-normalized", lambda e: fuse(e, physical_types)),
         ("dps", "dps", lambda e: push_singletons_inward(e, physical_types)),

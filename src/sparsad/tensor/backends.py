@@ -179,8 +179,10 @@ def sparse_einsum(subscripts: str, *arrays):
 
     ops = [to_pydata(a) if is_sparse(a) else np.asarray(a) for a in arrays]
     result = sparse.einsum(subscripts, *ops)
-    # The result is a new tensor: store it densely when it is mostly full anyway.
-    if isinstance(result, sparse.SparseArray) and result.size and result.nnz > 0.25 * result.size:
+    # The result is a new tensor: store it densely when it is mostly full anyway. A full
+    # contraction is a scalar (pydata/sparse >= 0.19 returns it as a 0-d COO).
+    if isinstance(result, sparse.SparseArray) and (
+            result.ndim == 0 or (result.size and result.nnz > 0.25 * result.size)):
         return result.todense()
     return result
 

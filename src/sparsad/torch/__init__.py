@@ -3,6 +3,10 @@
 Gradient convention: masked. The gradient with respect to a SparseMatrix lives on its pattern
 (`A.grad` is a SparseMatrix with A's pattern); see docs/torch.md.
 """
+from sparsad.errors import require
+
+require("torch", "torch")  # a clear "pip install 'sparsad[torch]'" instead of a bare ModuleNotFoundError
+
 from sparsad.torch.check import gradcheck, gradgradcheck
 from sparsad.torch.linalg import (
     add,
