@@ -45,7 +45,7 @@ REAL_MATRICES = ("HB/bcspwr10", "Gaertner/nopoly", "DIMACS10/fe_4elt2", "HB/bcss
 TABLE1 = ("Williams/pdb1HYS", "Bova/rma10", "Williams/cant", "Williams/consph", "Williams/cop20k_A")
 ABLATION = {  # §7.4 / Fig. 16: which optional passes run
     "no-opt": set(), "norm": {"normalize"}, "norm+dps": {"normalize", "dps"},
-    "full": {"aggregate", "eqsat", "normalize", "dps", "cse", "interchange"},
+    "full": {"aggregate", "eqsat", "normalize", "dps", "cse", "hoist", "interchange"},
 }
 DENSE_LIMIT_BYTES = 2 * 1024**3  # a dense operand (or dense Jacobian) above this: "too large"
 MAX_NNZ = 20_000_000  # synthetic matrices above this many entries are not generated
