@@ -45,7 +45,7 @@ REAL_MATRICES = ("HB/bcspwr10", "Gaertner/nopoly", "DIMACS10/fe_4elt2", "HB/bcss
 TABLE1 = ("Williams/pdb1HYS", "Bova/rma10", "Williams/cant", "Williams/consph", "Williams/cop20k_A")
 ABLATION = {  # §7.4 / Fig. 16: which optional passes run
     "no-opt": set(), "norm": {"normalize"}, "norm+dps": {"normalize", "dps"},
-    "full": {"aggregate", "eqsat", "normalize", "dps", "cse", "interchange"},
+    "full": {"aggregate", "eqsat", "normalize", "dps", "cse", "hoist", "interchange"},
 }
 DENSE_LIMIT_BYTES = 2 * 1024**3  # a dense operand (or dense Jacobian) above this: "too large"
 MAX_NNZ = 20_000_000  # synthetic matrices above this many entries are not generated
@@ -850,8 +850,100 @@ def targets_from_csv(path=None) -> list[str]:
     return evaluate_targets(rows)
 
 
+# -- user programs: derivatives of programs beyond the paper's six, against NumPy/SciPy closed forms --
+
+USER_PROGRAMS = {
+    # name: (program, wrt, closed form of the gradient from the inputs)
+    "smvm dA": ("sum(<i, r> in A) sum(<j, a> in r) a * x(j)", "A",
+                lambda A, x: sp.csr_matrix((x[A.indices], A.indices, A.indptr), shape=A.shape)),
+    "hadamard dA": ("sum(<i, r> in A) sum(<j, a> in r) a * T(i)(j)", "A", lambda A, T: T.multiply(A != 0).tocsr()),
+    "spmm loss dB": ("sum(<i, r> in A) sum(<j, a> in r) sum(<k, b> in B(j)) a * b", "B",
+                     lambda A, B: np.repeat(np.asarray(A.sum(axis=0)).T, B.shape[1], axis=1)),
+    "sddmm dU": ("sum(<i, r> in A) sum(<j, a> in r) a * (sum(<k, u> in U(i)) u * V(j)(k))", "U",
+                 lambda A, U, V: A @ V),
+    "gcn dW": ("sum(<i, r> in A) let h = sum(<j, a> in r) sum(<k, x> in X(j)) { k -> a * x } in "
+               "sum(<k, hv> in h) sum(<c, w> in W(k)) hv * w * hv * w", "W",
+               lambda A, X, W: 2 * W * ((A @ X) ** 2).sum(axis=0)[:, None]),
+    "row lse dA": ("sum(<i, r> in A) log(sum(<j, a> in r) exp(a))", "A", lambda A: _row_softmax(A)),
+    "lsq dx": ("sum(<i, r> in A) let e = (sum(<j, a> in r) a * x(j)) - y(i) in e * e", "x",
+               lambda A, x, y: 2 * (A.T @ (A @ x - y))),
+    "laplacian dy": ("sum(<i, r> in A) sum(<j, a> in r) a * (y(i) - y(j)) * (y(i) - y(j))", "y",
+                     lambda A, y: 2 * ((np.asarray(A.sum(axis=1)).ravel() + np.asarray(A.sum(axis=0)).ravel()) * y
+                                       - (A @ y + A.T @ y))),
+}
+
+
+def _row_softmax(A: sp.csr_matrix) -> sp.csr_matrix:
+    """The softmax of each row's stored entries, vectorized (the gradient of the row log-sum-exp)."""
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    row_max = np.full(A.shape[0], -np.inf)
+    np.maximum.at(row_max, rows, A.data)
+    e = np.exp(A.data - row_max[rows])
+    return sp.csr_matrix((e / np.bincount(rows, e, A.shape[0])[rows], A.indices, A.indptr), shape=A.shape)
+
+
+def _user_inputs(A: sp.csr_matrix, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    n, m = A.shape
+    T = A.copy()
+    T.data = rng.standard_normal(T.nnz)
+    T = (T + sp.random(n, m, density=min(1.0, A.nnz / (n * m)), random_state=seed, format="csr")).tocsr()
+    return dict(A=A, x=rng.standard_normal(m), y=rng.standard_normal(n),
+                T=T, B=rng.standard_normal((m, 16)), U=rng.standard_normal((n, 16)), V=rng.standard_normal((m, 16)),
+                X=rng.standard_normal((m, 16)), W=rng.standard_normal((16, 8)))
+
+
+def user_programs_main(quick: bool = False) -> list[dict]:
+    """Compiled gradients of user-style programs vs their closed forms (same run): table, CSV, plot."""
+    import inspect
+    import warnings
+
+    import sparsad
+    from bench.common import best_time, plot_bars, print_table, write_csv
+    from sparsad._data import load_suitesparse
+
+    matrices = [("random n=20000 10/row", random_matrix(20000, 10 / 20000, 1))]
+    if not quick:
+        try:
+            matrices.append(("HB/bcsstk16", load_suitesparse("HB/bcsstk16").tocsr()))
+        except Exception as error:  # data absent: say so, keep the synthetic case
+            print(f"  (skipping HB/bcsstk16: {error})", file=sys.stderr)
+    rows = []
+    for label, A in matrices:
+        A = sp.csr_matrix(A, dtype=np.float64)
+        A.sum_duplicates()
+        inputs = _user_inputs(A, 3)
+        for name, (text, wrt, closed) in USER_PROGRAMS.items():
+            if name in ("lsq dx", "laplacian dy") and A.shape[0] != A.shape[1]:
+                continue
+            needed = sparsad.program(text).inputs
+            args = {k: inputs[k] for k in needed}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                derivative = sparsad.grad(text, wrt=wrt)
+                ours = derivative(**args)
+            fallback = any(issubclass(w.category, sparsad.FallbackWarning) for w in caught)
+            closed_args = {k: args[k] for k in inspect.signature(closed).parameters}
+            reference = closed(**closed_args)
+            error = max_rel_err(ours, reference)
+            t_ours = best_time(lambda: derivative(**args), repeat=3 if quick else 7)
+            t_ref = best_time(lambda: closed(**closed_args), repeat=3 if quick else 7)
+            rows.append(dict(matrix=label, program=name, nnz=A.nnz, compiled=not fallback,
+                             ours_s=t_ours, closed_form_s=t_ref, ratio=t_ours / t_ref, max_rel_err=error))
+    print_table(rows, ["matrix", "program", "nnz", "compiled", "ours_s", "closed_form_s", "ratio", "max_rel_err"])
+    path = write_csv(f"{SUITE}_users", rows)
+    plot = plot_bars(f"{SUITE}_users", [dict(r, label=f"{r['program']} ({r['matrix'].split()[0]})") for r in rows],
+                     "label", "ratio", title="compiled gradient time / closed form (lower is better)")
+    ratios = sorted(r["ratio"] for r in rows)
+    print(f"\nwrote {path} and {plot}; median ratio {ratios[len(ratios) // 2]:.2f}, worst {ratios[-1]:.2f}, "
+          f"fallbacks {sum(not r['compiled'] for r in rows)}")
+    return rows
+
+
 if __name__ == "__main__":
-    if "--targets" in sys.argv[1:]:
+    if "--users" in sys.argv[1:]:
+        user_programs_main(quick="--quick" in sys.argv[1:])
+    elif "--targets" in sys.argv[1:]:
         print("\n".join(targets_from_csv()))
     else:
         main(quick="--quick" in sys.argv[1:])

@@ -11,6 +11,9 @@ Rules, tried in this order at each node:
 - dense sub-array:            (sum(<_, q> in (st:en)) { unique(q) -> g })(a:b)
                                   ~> sum(<_, q> in (st:en)) if not(q < a) then if q < b then { unique(q) -> g }
   (the keys of both ranges; with constant bounds, one loop over their intersection instead)
+- lookup at the loop's own keys:  sum(<p, j> in S) ... G(j) ..., G = sum(<q, w> in S) { unique(w) -> g }
+                                                               ~> ... g[q := p, w := j] ...
+  (j is one of G's keys, which are distinct: the lookup is the entry, no search, no intermediate)
 - generator inlining:         let x = G in b  ~> b[x := G]  when G is a generator (a sum that builds
   unique keys) and every use of x in b is a sum source or a dense lookup, so each use fuses.
 """
@@ -258,11 +261,44 @@ RULES = (
 )
 
 
+def lookups_at_own_keys(expr: Expr) -> Expr:
+    """The lookup rule above, for a tree whose binders are renamed apart (scopes from context)."""
+    from sparsad.lang.rebuild import map_children
+
+    def own_entry(gen: Expr, source: Expr, position: str, key: str) -> Expr | None:
+        if not (isinstance(gen, Sum) and gen.source == source and gen.val != "_"
+                and isinstance(gen.body, Singleton) and gen.body.key == Unique(Var(gen.val))):
+            return None
+        entry = substitute(gen.body.value, gen.val, Var(key))
+        if gen.key != "_":
+            if position == "_":
+                return None
+            entry = substitute(entry, gen.key, Var(position))
+        return entry
+
+    def go(e: Expr, loops: dict, lets: dict) -> Expr:
+        match e:
+            case Lookup(dict=d, key=Var(name=j)) if j in loops:
+                gen = lets.get(d.name) if isinstance(d, Var) else d
+                entry = own_entry(gen, *loops[j], j) if gen is not None else None
+                if entry is not None:
+                    return entry
+            case Sum(key=k, val=v, source=src, body=b):
+                inner = {**loops, v: (src, k)} if v != "_" else loops
+                return Sum(k, v, go(src, loops, lets), go(b, inner, lets))
+            case Let(name=n, value=val, body=b):
+                value = go(val, loops, lets)
+                return Let(n, value, go(b, loops, {**lets, n: value}))
+        return map_children(e, lambda c: go(c, loops, lets))
+
+    return go(expr, {}, {})
+
+
 def fuse(expr: Expr, types: dict[str, Type] | None = None) -> Expr:
     """Apply the fusion rules to a fixed point, renaming binders apart between sweeps."""
     for _ in range(20):
         unique_names = rename_bound(expr, Fresh(all_names(expr)))
-        fused = rewrite_fixpoint(unique_names, RULES, types or {}, max_sweeps=1)
+        fused = rewrite_fixpoint(lookups_at_own_keys(unique_names), RULES, types or {}, max_sweeps=1)
         fused = eliminate_dead_lets(inline_atoms(fused))
         if fused == unique_names:
             return fused

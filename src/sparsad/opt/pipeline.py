@@ -1,6 +1,6 @@
 """The order of the passes (∇SD Fig. 8): each a pure function Program -> Program.
 
-    sparsity -> storage -> fuse -> aggregate -> eqsat -> normalize -> fuse -> dps -> cse -> interchange
+    sparsity -> storage -> fuse -> aggregate -> eqsat -> normalize -> fuse -> dps -> cse -> hoist -> interchange
 
 `optimize` records every stage so that each can be shown and checked by the interpreter.
 """
@@ -17,13 +17,14 @@ from sparsad.opt.aggregate import aggregate
 from sparsad.opt.cse import eliminate_common_subexpressions
 from sparsad.opt.dps import push_singletons_inward
 from sparsad.opt.fuse import fuse
+from sparsad.opt.hoist import hoist_invariant_dictionaries
 from sparsad.opt.interchange import derived_types, interchange
 from sparsad.opt.normalize import normalize_products
 from sparsad.opt.sparsity import propagate_sparsity
 from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
-OPTIONAL_PASSES = frozenset({"aggregate", "eqsat", "normalize", "dps", "cse", "interchange"})
+OPTIONAL_PASSES = frozenset({"aggregate", "eqsat", "normalize", "dps", "cse", "hoist", "interchange"})
 
 
 def checked_stage(name: str, expr: Expr, types: Mapping[str, Type]) -> Expr:
@@ -84,6 +85,7 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
         ("normalize", "fuse-normalized", lambda e: fuse(e, physical_types)),
         ("dps", "dps", lambda e: push_singletons_inward(e, physical_types)),
         ("cse", "cse", lambda e: eliminate_common_subexpressions(e, physical_types)),
+        ("hoist", "hoist", lambda e: hoist_invariant_dictionaries(e, physical_types)),
         ("interchange", "interchange", lambda e: interchange(e, physical_types)),
     ]
     for switch, stage, run in optional:
