@@ -86,6 +86,15 @@ def test_dmrg_from_an_initial_state_is_exact_and_deterministic(dmrg):
         dmrg.dmrg(mpo, 4, init=init[:-1])
 
 
+def test_dmrg_through_graph_hvps_and_eigsh(dmrg, monkeypatch):
+    monkeypatch.setattr(dmrg, "DENSE_LIMIT", 0)          # every local problem through the HVP
+    mpo = dmrg.random_symmetric_mpo(5, 2, 3, seed=4)
+    before = dmrg.MATVECS[0]
+    energy, _ = dmrg.dmrg(mpo, 4, sweeps=2, init=dmrg.initial_state(5, 2, 4, seed=5))
+    assert dmrg.MATVECS[0] > before
+    assert abs(energy - np.linalg.eigvalsh(dmrg.full_hamiltonian(mpo))[0]) < 1e-8
+
+
 def test_dmrg_one_sweep_matches_quimb(dmrg):
     pytest.importorskip("quimb")
     mpo = dmrg.random_symmetric_mpo(4, 2, 3, seed=2)
