@@ -48,7 +48,8 @@ STAGES_SCRIPT = textwrap.dedent('''
 def deep_inputs():
     rng = np.random.default_rng(0)
     S = sp.random(6, 6, density=0.4, random_state=1, format="csr")
-    return dict(S=S, U=rng.standard_normal((6, 3)), V=rng.standard_normal((6, 3)))
+    # square factors: the gcn program looks V up at the column keys of U, so their extents must agree
+    return dict(S=S, U=rng.standard_normal((6, 6)), V=rng.standard_normal((6, 6)))
 
 
 def stage_texts() -> str:
@@ -96,7 +97,7 @@ def test_a_failing_optional_pass_is_skipped_with_a_warning_naming_it(monkeypatch
     def broken(*args, **kwargs):
         raise RuntimeError("simulated fault inside equality saturation")
 
-    monkeypatch.setattr(pipeline, "saturate", broken)
+    monkeypatch.setattr(pipeline, "_saturate", broken)
     text = DEEP["sddmm"]
     inputs = deep_inputs()
     with pytest.warns(sparsad.OptimizationWarning, match="'eqsat' failed"):

@@ -111,7 +111,8 @@ class _Forward:
             case Call() as call:
                 return Binary("*", derivative_of(call), self.d(call.args[0]))
             case SubArray(array=a, start=s, end=en):
-                return SubArray(self.d(a), s, en)
+                tangent = self.d(a)  # a window of a zero tangent is zero (and `{}(s:e)` is ill-typed)
+                return tangent if isinstance(tangent, EmptyDict) else SubArray(tangent, s, en)
         raise UnsupportedError(f"forward mode does not handle {type(e).__name__}")
 
     def d_lookup(self, source: Expr, key: Expr | None) -> Expr:

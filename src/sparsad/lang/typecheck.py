@@ -259,6 +259,8 @@ def _infer(expr: Expr, env: dict) -> Type:
             array = _infer(a, env)
             _index(_infer(s, env), s, "the start of a sub-array")
             _index(_infer(e, env), e, "the end of a sub-array")
+            if isinstance(array, Zero):  # a window of the empty dictionary is empty (zero tangents)
+                return array
             if not isinstance(array, Dict):
                 raise _error(expr, f"a sub-array needs an array, got {type_to_text(array)}")
             return Dict(Int(array.key.dense, array.key.extent), array.value)  # keys: a part of the axis
