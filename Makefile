@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparsad-installed
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test bench fuzz clean-venv
 
 $(STAMP): requirements/all.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m sparsad bench all
+
+# the long crash-isolated fuzz campaign (issue 12): FUZZ_MINUTES of cases, report in FUZZ_REPORT
+FUZZ_MINUTES ?= 60
+FUZZ_REPORT ?= fuzz-report.json
+fuzz: $(STAMP)
+	$(PY) tests/fuzz/campaign.py --minutes $(FUZZ_MINUTES) --report $(FUZZ_REPORT)
 
 clean-venv:
 	rm -rf $(VENV)
