@@ -87,14 +87,19 @@ def campaign(minutes: float, targets: list[str], batch: int, case_timeout: float
     totals = {t: collections.Counter() for t in targets}
     findings: list = []
     next_seed = {t: start_seed for t in targets}
+    size = {t: batch for t in targets}  # cases per worker, tuned so each target gets equal time
     rounds = 0
     while time.monotonic() < deadline:
         for target in targets:
             if time.monotonic() >= deadline:
                 break
-            counts, found, next_seed[target] = run_batch(target, next_seed[target], batch, case_timeout)
+            started = time.monotonic()
+            counts, found, next_seed[target] = run_batch(target, next_seed[target], size[target], case_timeout)
             totals[target].update(counts)
             findings.extend(found)
+            spent = max(time.monotonic() - started, 1e-3)
+            share = max(minutes * 60 / (4 * len(targets)), 20.0)  # about four rounds at least
+            size[target] = int(min(max(size[target] * share / spent, 5), 5000))
         rounds += 1
         write_report(report, totals, findings, minutes, rounds)
     return write_report(report, totals, findings, minutes, rounds)
