@@ -121,6 +121,9 @@ def case_programs(rng) -> tuple[str, str]:
             return None
         wrt = str(rng.choice(vectors))
         gradient = sparsad.grad(text, wrt=wrt)(**inputs)
+        compiled_gradient = sparsad.grad(sparsad.compile(text), wrt=wrt)(**inputs)
+        if _differ(np.broadcast_to(_dense(gradient), np.shape(compiled_gradient)), compiled_gradient):
+            return f"grad wrt {wrt}: interpreted {gradient!r} != compiled {compiled_gradient!r} for {text}"
         base = inputs[wrt]
         step = 1e-6
         numeric = np.empty_like(base)
