@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 
-EXAMPLES = {"parser": 150, "typecheck": 15, "programs": 10, "formats": 150, "torch": 60, "tensor": 40,
+EXAMPLES = {"parser": 150, "typecheck": 10, "programs": 5, "formats": 150, "torch": 60, "tensor": 40,
             "cli": 100}
 
 
