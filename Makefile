@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparsad-installed
 
-.PHONY: demo test bench docs check-install test-latest clean-venv
+.PHONY: demo test bench fuzz docs check-install test-latest clean-venv
 
 $(STAMP): requirements/all.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ test-latest:
 	.venv-latest/bin/python -m pip install -q --upgrade "$$(grep '^torch==' requirements/all.txt)"
 	.venv-latest/bin/python -m pip install -q --upgrade -e '.[jax,dask,sparse,bench,test,docs]'
 	.venv-latest/bin/python -m pytest -q -p no:cacheprovider --timeout=600
+
+# the long crash-isolated fuzz campaign (issue 12): FUZZ_MINUTES of cases, report in FUZZ_REPORT
+FUZZ_MINUTES ?= 60
+FUZZ_REPORT ?= fuzz-report.json
+fuzz: $(STAMP)
+	$(PY) tests/fuzz/campaign.py --minutes $(FUZZ_MINUTES) --report $(FUZZ_REPORT)
 
 clean-venv:
 	rm -rf $(VENV) .venv-latest

@@ -61,3 +61,11 @@ def test_moderate_dense_results_warn(small_limit):
     with pytest.warns(DensifyWarning, match="600 x 600"):
         result = outer(x=x, y=x)
     np.testing.assert_array_equal(result, np.ones((600, 600)))
+
+
+def test_storing_coordinates_densely_beyond_the_limit_is_refused(small_limit):
+    coords = np.array([[0], [0]])
+    with pytest.raises(MemoryLimitError, match="pick a sparse format"):
+        sparsad.formats.from_coordinates(coords, np.ones(1), (100_000, 100_000), "dense")
+    stored = sparsad.formats.from_coordinates(coords, np.ones(1), (100_000, 100_000), "csr")
+    assert stored.nnz == 1

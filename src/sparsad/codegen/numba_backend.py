@@ -40,6 +40,7 @@ from sparsad.lang.printer import to_text
 from sparsad.lang.rebuild import substitute
 from sparsad.lang.syntax import Expr, Var
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, extents as type_extents
+from sparsad.memory import check_allocation, dense_bytes
 
 # ----------------------------------------------------------------------------------------
 # source emission
@@ -542,8 +543,6 @@ class Kernel:
 def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
                   workspace_sizes) -> None:
     """Size the output buffers and workspaces of one kernel call before allocating them."""
-    from sparsad.memory import check_allocation, dense_bytes
-
     itemsize = np.dtype(dtype).itemsize
     workspaces = 16.0 * sum(float(n) for n in workspace_sizes if isinstance(n, (int, np.integer)))
     if plan.kind == "dense" and all(e is not None for e in extents):

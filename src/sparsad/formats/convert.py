@@ -19,6 +19,7 @@ from sparsad.formats.levels import Dense
 from sparsad.formats.tensor import SCIPY_FORMATS, StoredTensor, build_levels, scatter_dense
 from sparsad.formats.validate import (check_coordinate_rows, check_range, check_scipy, check_shape,
                                       check_torch_sparse, validate_fields, value_array)
+from sparsad.memory import check_allocation, memory_limit
 
 
 def from_arrays(fmt: Format | str, shape: Any, name: str | None = None, **fields: Any) -> StoredTensor:
@@ -48,7 +49,11 @@ def from_coordinates(coords: Any, values: Any, shape: Any, fmt: Format | str,
     label = f"input {name!r}" if name else "coordinates"
     if fmt.is_dense:
         itemsize = np.asarray(values).dtype.itemsize
-        if float(np.prod(shape_tuple, dtype=np.float64)) * itemsize >= DENSIFY_WARN_BYTES:
+        nbytes = float(np.prod(shape_tuple, dtype=np.float64)) * itemsize
+        if nbytes > memory_limit():  # refused before anything is allocated (sparsad.memory)
+            check_allocation(nbytes, f"{label}: storing {np.shape(coords)[-1]} entries densely in "
+                             f"{fmt.name}", "pick a sparse format ('csr', 'coo', ...)")
+        if nbytes >= DENSIFY_WARN_BYTES:
             warnings.warn(f"{label}: storing {np.shape(coords)[-1]} entries densely in {fmt.name} "
                           f"takes {dense_size_message(shape_tuple, itemsize)}; pick a sparse "
                           f"format ('csr', 'coo', ...) to avoid it", DensifyWarning, stacklevel=3)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sparsad.errors import ProgramTypeError, ShapeError
+from sparsad.errors import DTypeError, ProgramTypeError, ShapeError
 from sparsad.lang.functions import FUNCTIONS
 from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, LetTuple, Lookup,
                                  Neg, Not, Range, Singleton, SubArray, Sum, Unique, Var, free_vars)
@@ -98,7 +98,8 @@ def value_type(value: Any) -> Type:
         for extent in reversed(tuple(shape)):
             result = Dict(Int(extent=int(extent)), result)
         return result
-    raise TypeError(f"cannot use a {type(value).__name__} as a program input")
+    raise DTypeError(f"cannot use a {type(value).__name__} as a program input; pass a number, a numpy "
+                     f"array, a scipy.sparse matrix, a torch tensor, a StoredTensor or a nested dict")
 
 
 def _dict_type(value: dict) -> Type:
@@ -115,8 +116,8 @@ def _join_plain(a: Type, b: Type) -> Type:
     try:
         return join(a, b, Const(0))
     except ProgramTypeError:
-        raise TypeError(f"a dictionary input mixes values of types {type_to_text(a)} and "
-                        f"{type_to_text(b)}") from None
+        raise DTypeError(f"a dictionary input mixes values of types {type_to_text(a)} and "
+                         f"{type_to_text(b)}; give every leaf the same type") from None
 
 
 def infer(expr: Expr, inputs: Mapping[str, Type] | None = None) -> Type:

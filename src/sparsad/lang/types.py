@@ -49,6 +49,7 @@ class Zero(Type):
 
 
 REAL, BOOL, INT, DENSE_INT, ZERO = Real(), Bool(), Int(), Int(dense=True), Zero()
+MAX_ORDER = 32  # a type names at most this many modes (the parser's nesting limit is larger)
 
 
 def tensor(order: int, extents: tuple[int | None, ...] | None = None) -> Type:
@@ -151,6 +152,8 @@ def parse_type(text: str) -> Type:
             order = take()
             if not order.isdigit():
                 fail(f"'tensor' needs an order such as 'tensor 2', got {order!r}")
+            if int(order) > MAX_ORDER:
+                fail(f"'tensor {order}' has more than {MAX_ORDER} modes; no program here needs that many")
             return tensor(int(order))
         if token == "{":
             key = read()

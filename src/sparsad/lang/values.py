@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from sparsad.errors import InputError, ShapeError
+from sparsad.errors import InputError, ProgramTypeError, ShapeError
 
 ZERO: dict = {}
 
@@ -41,7 +41,7 @@ def as_number(value: Any) -> float | int:
     """A scalar value; the universal zero `{}` reads as 0."""
     if isinstance(value, dict):
         if value:
-            raise TypeError("expected a scalar, got a dictionary")
+            raise ProgramTypeError("expected a scalar, got a dictionary")
         return 0
     return value
 
@@ -53,7 +53,7 @@ def as_key(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise TypeError(f"dictionary keys are integers, got {value!r}")
+        raise ProgramTypeError(f"dictionary keys are integers, got {value!r}")
     return value
 
 
@@ -69,11 +69,11 @@ def add(a: Any, b: Any) -> Any:
             for key, value in b.items():
                 merged[key] = add(merged[key], value) if key in merged else value
             return merged
-        raise TypeError("cannot add a dictionary and a scalar")
+        raise ProgramTypeError("cannot add a dictionary and a scalar")
     if isinstance(b, dict):
         if not b:
             return a
-        raise TypeError("cannot add a scalar and a dictionary")
+        raise ProgramTypeError("cannot add a scalar and a dictionary")
     a, b = _promoted(a, b)
     return a + b
 
@@ -105,7 +105,7 @@ def neg(a: Any) -> Any:
 def lookup(d: Any, key: Any) -> Any:
     """`d(key)`; a missing key gives the zero of d's value type."""
     if not isinstance(d, dict):
-        raise TypeError(f"cannot look up a key in the scalar {d!r}")
+        raise ProgramTypeError(f"cannot look up a key in the scalar {d!r}")
     key = as_key(key)
     if key in d:
         return d[key]

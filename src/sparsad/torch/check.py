@@ -16,6 +16,9 @@ from sparsad.torch.matrix import SparseMatrix
 
 
 def _flatten(inputs: Sequence[Any]) -> tuple[list[torch.Tensor], list[str], Callable]:
+    if not isinstance(inputs, (list, tuple)):
+        raise InputError(f"gradcheck: inputs must be a list or tuple of the arguments of fn, got "
+                         f"{type(inputs).__name__}; wrap a single input as (A,)")
     leaves, names, slots = [], [], []
     for i, item in enumerate(inputs):
         if isinstance(item, SparseMatrix) and item.values.requires_grad:
