@@ -250,7 +250,7 @@ def relative_error(got, expected: list) -> float:
     for g, e in zip(got, expected):
         g = torch.as_tensor(g, dtype=torch.float64)
         e = torch.as_tensor(e, dtype=torch.float64)
-        if g.shape != e.shape or not bool(torch.isfinite(g).all()) and bool(torch.isfinite(e).all()):
+        if g.shape != e.shape or (not bool(torch.isfinite(g).all()) and bool(torch.isfinite(e).all())):
             return float("inf")
         scale = e.abs().max().item() if e.numel() else 0.0
         diff = (g - e).abs().max().item() if e.numel() else 0.0

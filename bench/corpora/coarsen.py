@@ -1607,7 +1607,7 @@ def cartpole_rollout(force_seq, pole_len, dt=0.02, g=9.8, m_cart=1.0, m_pole=0.1
     return th ** 2 + 0.1 * x ** 2
 
 
-# ===================================================================================== piecewise / polynomials / Python forms
+# ============================================================================ piecewise / polynomials / Python forms
 
 def _tax_jax(income, r1, r2, r3):
     return jnp.where(income < 10.0, r1 * income,
@@ -1648,7 +1648,8 @@ def _horner_rev_jax(coefs, x):
 
 
 @case("polynomial", (0, 1), "Horner: for c in reversed(coefs), result = 0.0", _horner_rev_jax,
-      lambda rng, small: (rng.standard_normal(_n(small, 5, 30)) / np.arange(1, _n(small, 5, 30) + 1), _s(rng, -0.9, 0.9)))
+      lambda rng, small: (rng.standard_normal(_n(small, 5, 30)) / np.arange(1, _n(small, 5, 30) + 1),
+                          _s(rng, -0.9, 0.9)))
 def horner_reversed(coefs, x):
     result = 0.0
     for c in reversed(coefs):
