@@ -22,7 +22,7 @@ bench: $(STAMP)
 	$(PY) -m sparsad bench all
 
 docs: $(STAMP)
-	$(PY) -m mkdocs build --strict -d site
+	$(PY) scripts/build_docs.py site
 
 # A clean virtual environment, the built wheel with the [torch] extra, and the quick start.
 check-install:
