@@ -62,6 +62,13 @@ def _case(name):
     if name == "triangular_solve":
         return ((lambda v, b: sj.triangular_solve(L.with_values(v), b, lower=True)),
                 (lambda v, b: jnp.linalg.solve(L.with_values(v).to_dense(), b)), (L.values, b))
+    if name == "triangular_unit":  # upper, diagonal taken as ones (stored or not)
+        U = sj.transpose(_matrix(5, 5, 0.5, 6, lower=True))
+
+        def unit(v):
+            return U.with_values(v).to_dense() + jnp.eye(5)
+        return ((lambda v, b: sj.triangular_solve(U.with_values(v), b, lower=False, unit_diagonal=True)),
+                (lambda v, b: jnp.linalg.solve(unit(v), b)), (U.values, b))
     if name == "spsolve":
         return ((lambda v, b: sj.spsolve(M.with_values(v), b)),
                 (lambda v, b: jnp.linalg.solve(M.with_values(v).to_dense(), b)), (M.values, b))
@@ -75,7 +82,7 @@ def _case(name):
     raise KeyError(name)
 
 
-OPS = ["spmv", "spmm", "spgemm", "add", "transpose", "triangular_solve", "spsolve", "cg"]
+OPS = ["spmv", "spmm", "spgemm", "add", "transpose", "triangular_solve", "triangular_unit", "spsolve", "cg"]
 
 
 def _close(got, want):
