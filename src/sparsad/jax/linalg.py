@@ -127,47 +127,55 @@ def _square(A: SparseMatrix, b: Any, name: str) -> None:
         raise ShapeError(f"b has shape {tuple(b.shape)}; it must be ({A.shape[0]},)")
 
 
-def _linear_solve(A: SparseMatrix, b: Any, solve_host, symmetric: bool = False) -> Any:
-    """x = A^{-1} b with implicit derivatives: custom_linear_solve differentiates through the
-    matvec (our spmv, so through A's values) and solves transposed systems for the VJP."""
+def _linear_solve(A: SparseMatrix, b: Any, solve_host, unit_diagonal: bool = False) -> Any:
+    """x = M^{-1} b with implicit derivatives, M = A (or, with `unit_diagonal`, A's off-diagonal part
+    plus the identity): custom_linear_solve differentiates through the matvec (our spmv, so through
+    A's values) and solves transposed systems for the VJP."""
     jax = _jax()
     pattern = A.pattern
+    values = A.values
+    if unit_diagonal:  # the matvec must see the matrix the solve inverts, stored diagonal or not
+        values = values * (pattern.rows != pattern.indices)
 
     def matvec(x):
-        return contract(spmm_terms(pattern), 2, {0: A.values, 1: x})
+        product = contract(spmm_terms(pattern), 2, {0: values, 1: x})
+        return product + x if unit_diagonal else product
+
+    def host(transposed):
+        def run(v, r):
+            matrix = pattern.to_scipy(np.asarray(v))
+            if unit_diagonal:
+                import scipy.sparse
+
+                matrix = matrix + scipy.sparse.eye(matrix.shape[0], format="csr")
+            return solve_host(matrix.T.tocsr() if transposed else matrix, np.asarray(r), transposed).astype(r.dtype)
+        return run
 
     def solve(_matvec, rhs):
-        return _callback(lambda v, r: solve_host(pattern, np.asarray(v), np.asarray(r), False).astype(r.dtype),
-                         rhs, jax.lax.stop_gradient(A.values), rhs)
+        return _callback(host(False), rhs, jax.lax.stop_gradient(values), rhs)
 
     def transpose_solve(_vecmat, rhs):
-        return _callback(lambda v, r: solve_host(pattern, np.asarray(v), np.asarray(r), True).astype(r.dtype),
-                         rhs, jax.lax.stop_gradient(A.values), rhs)
+        return _callback(host(True), rhs, jax.lax.stop_gradient(values), rhs)
 
-    return jax.lax.custom_linear_solve(matvec, b, solve, None if symmetric else transpose_solve,
-                                       symmetric=symmetric)
+    return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
 
 
 def triangular_solve(L: Any, b: Any, lower: bool = True, unit_diagonal: bool = False) -> Any:
-    """Solve L x = b for a sparse triangular L (SciPy on the host), differentiable in L's values and b."""
+    """Solve L x = b for a sparse triangular L (SciPy on the host), differentiable in L's values and b.
+    With `unit_diagonal`, L's stored diagonal is ignored and taken as ones."""
     import scipy.sparse.linalg as spla
 
     SL = as_sparse(L, "L")
     _square(SL, b, "L")
+    strict = SL.pattern.indices > SL.pattern.rows if lower else SL.pattern.indices < SL.pattern.rows
+    if np.any(strict):
+        raise InputError(f"L has entries {'above' if lower else 'below'} the diagonal; it is not "
+                         f"{'lower' if lower else 'upper'} triangular (pass lower={not lower}?)")
 
-    def host(pattern, values, rhs, transposed):
-        matrix = pattern.to_scipy(values)
-        if unit_diagonal:
-            matrix = matrix - __import__("scipy.sparse").sparse.diags(matrix.diagonal()) + \
-                __import__("scipy.sparse").sparse.eye(matrix.shape[0])
-        if transposed:
-            return spla.spsolve_triangular(matrix.T.tocsr(), rhs, lower=not lower)
-        return spla.spsolve_triangular(matrix.tocsr(), rhs, lower=lower)
+    def host(matrix, rhs, transposed):
+        return spla.spsolve_triangular(matrix, rhs, lower=lower != transposed)
 
-    if unit_diagonal:  # the matvec must see the same matrix the solve inverts
-        off = (SL.pattern.rows != SL.pattern.indices).astype(np.float64)
-        SL = SparseMatrix(SL.pattern, SL.values * off + (1.0 - off))
-    return _linear_solve(SL, b, host)
+    return _linear_solve(SL, b, host, unit_diagonal)
 
 
 def spsolve(A: Any, b: Any) -> Any:
@@ -176,12 +184,7 @@ def spsolve(A: Any, b: Any) -> Any:
 
     SA = as_sparse(A, "A")
     _square(SA, b, "A")
-
-    def host(pattern, values, rhs, transposed):
-        matrix = pattern.to_scipy(values)
-        return spla.spsolve((matrix.T if transposed else matrix).tocsc(), rhs)
-
-    return _linear_solve(SA, b, host)
+    return _linear_solve(SA, b, lambda matrix, rhs, _transposed: spla.spsolve(matrix.tocsc(), rhs))
 
 
 def cg(A: Any, b: Any, *, tol: float = 1e-12, maxiter: int | None = None) -> Any:

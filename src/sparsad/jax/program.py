@@ -34,7 +34,7 @@ class _Spec:
     def numpy_inputs(self, arrays) -> dict[str, Any]:
         inputs = dict(self.constants)
         for name, kind, pattern, array in zip(self.names, self.kinds, self.patterns, arrays):
-            array = np.asarray(array)
+            array = np.ascontiguousarray(array)
             inputs[name] = float(array) if kind == "scalar" else pattern.to_scipy(array) if kind == "sparse" else array
         return inputs
 

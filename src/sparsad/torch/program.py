@@ -69,7 +69,7 @@ class _Call:
 
 
 def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> Any:
-    array = tensor.detach().cpu().numpy()
+    array = np.ascontiguousarray(tensor.detach().cpu().numpy())  # vmap slices can have stride 0
     if kind == "scalar":
         return float(array)
     if kind == "sparse":
