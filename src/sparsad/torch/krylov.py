@@ -206,16 +206,25 @@ class _Spec:
         self.method, self.A, self.rtol, self.atol, self.maxiter = method, A, rtol, atol, maxiter
         self.M, self.transposed, self.restart = M, transposed, restart
         self.info: ConvergenceInfo | None = None
+        self.checked = False  # symmetry verified (for these values)
+        self.preconditioner: _Preconditioner | None = None
 
     def adjoint(self) -> "_Spec":
-        return _Spec(self.method, self.A, self.rtol, self.atol, self.maxiter, self.M, not self.transposed, self.restart)
+        adjoint = _Spec(self.method, self.A, self.rtol, self.atol, self.maxiter, self.M, not self.transposed,
+                        self.restart)
+        if self.method in SYMMETRIC_METHODS:  # A^T = A (checked): reuse the check and the preconditioner
+            adjoint.checked, adjoint.preconditioner = self.checked, self.preconditioner
+        return adjoint
 
 
 def _run(spec: _Spec, values: torch.Tensor | None, b: torch.Tensor, x0: torch.Tensor | None) -> torch.Tensor:
     system = _System(spec.A, values, spec.transposed)
-    if spec.method in SYMMETRIC_METHODS:
+    if spec.method in SYMMETRIC_METHODS and not spec.checked:
         _check_symmetric(system, values)
-    M = _Preconditioner(spec.M, system, symmetric=spec.method in SYMMETRIC_METHODS)
+        spec.checked = True
+    if spec.preconditioner is None:
+        spec.preconditioner = _Preconditioner(spec.M, system, symmetric=spec.method in SYMMETRIC_METHODS)
+    M = spec.preconditioner
     if spec.method == "cg":
         x, info = _solve.cg(system, b, rtol=spec.rtol, atol=spec.atol, maxiter=spec.maxiter, x0=x0,
                             M=None if spec.M is None else M, name="cg", warn=False)
