@@ -72,3 +72,30 @@ def test_cg_warns_without_convergence():
     matrix = sp.diags([np.linspace(1, 1e4, 50)], [0]).tocsr()
     with pytest.warns(ConvergenceWarning, match="no convergence in 3 iterations"):
         cg(lambda v: matrix @ v, np.ones(50), rtol=1e-12, maxiter=3)
+
+
+@pytest.mark.parametrize("name", ["HB/bcsstk01", "HB/662_bus", "HB/bcsstk09"])
+def test_cholesky_selected_inverse_and_logdet_match_dense(suitesparse, name):
+    from sparsad.ops.solve import CholeskyFactor
+
+    matrix = suitesparse(name)
+    matrix = (matrix / abs(matrix).max() + 1e-2 * sp.eye(matrix.shape[0])).tocsr()
+    pattern, values = csr_parts(matrix)
+    factor = CholeskyFactor(pattern, values)
+    dense_inverse = np.linalg.inv(matrix.toarray())
+    expected = dense_inverse[pattern.rows, pattern.indices]
+    np.testing.assert_allclose(factor.selected_inverse(), expected, rtol=1e-8, atol=1e-10 * abs(expected).max())
+    np.testing.assert_allclose(LUFactor.selected_inverse(factor), expected, rtol=1e-8, atol=1e-10 * abs(expected).max())
+    np.testing.assert_allclose(factor.logdet(), np.linalg.slogdet(matrix.toarray())[1], rtol=1e-10)
+
+
+def test_lu_slogdet_sign_and_empty_matrices():
+    dense = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -3.0]])
+    factor = LUFactor(*csr_parts(dense))
+    sign, logabs = factor.slogdet()
+    assert (sign, round(logabs, 12)) == tuple(np.round(np.linalg.slogdet(dense), 12))
+    empty = LUFactor(CSRPattern(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), (0, 0)), np.zeros(0))
+    assert empty.slogdet() == (1.0, 0.0) and empty.solve(np.zeros(0)).shape == (0,)
+    pattern = CSRPattern(np.zeros(4, dtype=np.int64), np.zeros(0, dtype=np.int64), (3, 3))
+    with pytest.raises(InputError, match="singular"):  # no stored diagonal: our error, not IndexError
+        check_triangular(pattern, np.zeros(0), lower=True, unit=False)

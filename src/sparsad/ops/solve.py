@@ -9,10 +9,98 @@ import warnings
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
 from sparsad.errors import InputError, ShapeError, UnsupportedError
 from sparsad.ops import kernels
 from sparsad.ops.pattern import CSRPattern
+
+
+@njit(cache=True, nogil=True)
+def _cholesky_structure(indptr, indices, n):  # pragma: no cover - compiled
+    """Row patterns of the Cholesky factor of a symmetric pattern (CSR, sorted rows): the
+    elimination tree, then for each row k the etree paths from the entries A[k, i < k]."""
+    parent = np.full(n, -1, dtype=np.int64)
+    ancestor = np.full(n, -1, dtype=np.int64)
+    for k in range(n):
+        for p in range(indptr[k], indptr[k + 1]):
+            i = indices[p]
+            while i != -1 and i < k:
+                following = ancestor[i]
+                ancestor[i] = k
+                if following == -1:
+                    parent[i] = k
+                i = following
+    mark = np.full(n, -1, dtype=np.int64)
+    counts = np.zeros(n + 1, dtype=np.int64)
+    for k in range(n):  # first pass: counts
+        mark[k] = k
+        for p in range(indptr[k], indptr[k + 1]):
+            i = indices[p]
+            while i < k and mark[i] != k:
+                mark[i] = k
+                counts[k + 1] += 1
+                i = parent[i]
+    for k in range(n):
+        counts[k + 1] += counts[k]
+    cols = np.empty(counts[n], dtype=np.int64)
+    mark[:] = -1
+    for k in range(n):
+        mark[k] = k
+        pos = counts[k]
+        for p in range(indptr[k], indptr[k + 1]):
+            i = indices[p]
+            while i < k and mark[i] != k:
+                mark[i] = k
+                cols[pos] = i
+                pos += 1
+                i = parent[i]
+        cols[counts[k]:counts[k + 1]].sort()
+    return counts, cols
+
+
+@njit(cache=True, nogil=True)
+def _find(col_ptr, col_rows, column, row):  # pragma: no cover - compiled
+    lo, hi = col_ptr[column], col_ptr[column + 1]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if col_rows[mid] < row:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < col_ptr[column + 1] and col_rows[lo] == row else -1
+
+
+@njit(cache=True, nogil=True)
+def _takahashi(col_ptr, col_rows, lvals, d):  # pragma: no cover - compiled
+    """Entries of (L D L^T)^-1 on the (closed) pattern of the strictly lower factor, by columns
+    from the last (Takahashi / Erisman-Tinney); returns (off-diagonal values, diagonal)."""
+    n = d.shape[0]
+    z = np.zeros(lvals.shape[0], dtype=d.dtype)
+    zdiag = np.zeros(n, dtype=d.dtype)
+    ok = True
+    for j in range(n - 1, -1, -1):
+        start, stop = col_ptr[j], col_ptr[j + 1]
+        for a in range(start, stop):
+            i = col_rows[a]
+            acc = 0.0
+            for b in range(start, stop):
+                r = col_rows[b]
+                if r == i:
+                    acc += lvals[b] * zdiag[i]
+                else:
+                    low, high = (i, r) if i < r else (r, i)
+                    pos = _find(col_ptr, col_rows, low, high)
+                    if pos < 0:
+                        ok = False
+                    else:
+                        acc += lvals[b] * z[pos]
+            z[a] = -acc
+        acc = 1.0 / d[j]
+        for a in range(start, stop):
+            acc -= lvals[a] * z[a]
+        zdiag[j] = acc
+    return z, zdiag, ok
 
 
 class ConvergenceWarning(RuntimeWarning):
@@ -161,6 +249,7 @@ class CholeskyFactor(LUFactor):
 
     def __init__(self, pattern: CSRPattern, values: np.ndarray, name: str = "A", symmetry_rtol: float = 1e-6):
         check_symmetric(pattern, values, symmetry_rtol, name)
+        self._values = np.array(values, copy=True)
         super().__init__(pattern, values, name, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                          options={"SymmetricMode": True})
         if self.lu is None:
@@ -175,6 +264,44 @@ class CholeskyFactor(LUFactor):
             raise InputError(f"{name} is not positive definite: pivot {int(bad[0])} of its Cholesky factor is "
                              f"{self.d[bad[0]]:.3g}; use spsolve or logdet for indefinite matrices")
         self.perm = self.lu.perm_c  # original index i sits at position perm[i] of the factor
+
+    def selected_inverse(self, transpose: bool = True, block: int = 128) -> np.ndarray:
+        """(A^-1)[i, j] on A's pattern by Takahashi's recurrences on the factor (cost of the order of
+        the factorisation); block solves (the LU route) when A is not exactly symmetric."""
+        pattern = self.pattern
+        if self.lu is None or pattern.nnz == 0:
+            return np.zeros(pattern.nnz, dtype=self.dtype)
+        _, perm = pattern.transpose
+        if not np.array_equal(self._values, self._values[perm]):
+            return super().selected_inverse(transpose, block)
+        n = self.n
+        permuted = pattern.to_scipy(self._values)[np.argsort(self.perm)][:, np.argsort(self.perm)].tocsr()
+        permuted.sort_indices()
+        row_ptr, row_cols = _cholesky_structure(permuted.indptr.astype(np.int64), permuted.indices.astype(np.int64), n)
+        import scipy.sparse
+
+        lower_rows = scipy.sparse.csr_matrix((np.arange(row_cols.shape[0], dtype=np.float64) + 1, row_cols, row_ptr),
+                                            shape=(n, n)).tocsc()  # data: 1 + position in row order
+        lower_rows.sort_indices()
+        col_ptr, col_rows = lower_rows.indptr.astype(np.int64), lower_rows.indices.astype(np.int64)
+        factor = self.lu.L.tocsc()
+        factor.sort_indices()
+        factor_keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(factor.indptr)) * n + factor.indices
+        wanted = np.repeat(np.arange(n, dtype=np.int64), np.diff(col_ptr)) * n + col_rows
+        where = np.searchsorted(factor_keys, wanted)
+        found = where < factor_keys.shape[0]
+        found[found] = factor_keys[where[found]] == wanted[found]
+        lvals = np.where(found, factor.data[np.minimum(where, factor.data.shape[0] - 1)], 0.0).astype(self.dtype)
+        z, zdiag, ok = _takahashi(col_ptr, col_rows, lvals, self.d.astype(self.dtype))
+        if not ok:  # pragma: no cover - the structure is closed by construction
+            return super().selected_inverse(transpose, block)
+        pi, pj = self.perm[pattern.rows], self.perm[pattern.indices]
+        low, high = np.minimum(pi, pj), np.maximum(pi, pj)
+        keys = low.astype(np.int64) * n + high
+        out = zdiag[pi].astype(self.dtype)
+        off = pi != pj
+        out[off] = z[np.searchsorted(wanted, keys[off])]
+        return out
 
     def logdet(self) -> float:
         """log det A = sum log D."""

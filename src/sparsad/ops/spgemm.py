@@ -37,8 +37,21 @@ _INSERTION_SORT_MAX = 32  # rows shorter than this are sorted in place without a
 
 
 @njit(cache=True, nogil=True)
-def _sort_row(indices, start, stop):  # pragma: no cover - compiled
-    if stop - start <= _INSERTION_SORT_MAX:
+def _sort_row(indices, start, stop, marker, row, low, high):  # pragma: no cover - compiled
+    """Sort indices[start:stop] (the distinct columns of one output row, marked marker[j] == row).
+
+    A dense scan of [low, high] when the columns fill that span closely enough (no comparisons),
+    insertion sort for short rows, an in-place sort otherwise."""
+    count = stop - start
+    if count <= 1:
+        return
+    if high - low < 4 * count:
+        pos = start
+        for j in range(low, high + 1):
+            if marker[j] == row:
+                indices[pos] = j
+                pos += 1
+    elif count <= _INSERTION_SORT_MAX:
         for t in range(start + 1, stop):
             value = indices[t]
             s = t - 1
@@ -47,7 +60,7 @@ def _sort_row(indices, start, stop):  # pragma: no cover - compiled
                 s -= 1
             indices[s + 1] = value
     else:
-        indices[start:stop] = np.sort(indices[start:stop])
+        indices[start:stop].sort()
 
 
 @njit(cache=True, nogil=True)
@@ -77,6 +90,7 @@ def _symbolic(a_indptr, a_indices, b_indptr, b_indices, n_cols):  # pragma: no c
     marker = np.full(n_cols, -1, dtype=np.int64)
     for i in range(indptr.shape[0] - 1):
         pos = indptr[i]
+        low, high = n_cols, -1
         for p in range(a_indptr[i], a_indptr[i + 1]):
             k = a_indices[p]
             for q in range(b_indptr[k], b_indptr[k + 1]):
@@ -85,7 +99,8 @@ def _symbolic(a_indptr, a_indices, b_indptr, b_indices, n_cols):  # pragma: no c
                     marker[j] = i
                     indices[pos] = j
                     pos += 1
-        _sort_row(indices, indptr[i], indptr[i + 1])
+                    low, high = min(low, j), max(high, j)
+        _sort_row(indices, indptr[i], indptr[i + 1], marker, i, low, high)
     return indptr, indices
 
 
@@ -99,6 +114,7 @@ def _symbolic_numeric(a_indptr, a_indices, a, b_indptr, b_indices, b, n_cols):  
     acc = np.zeros(n_cols, dtype=a.dtype)
     for i in range(indptr.shape[0] - 1):
         pos = indptr[i]
+        low, high = n_cols, -1
         for p in range(a_indptr[i], a_indptr[i + 1]):
             k = a_indices[p]
             ap = a[p]
@@ -109,9 +125,10 @@ def _symbolic_numeric(a_indptr, a_indices, a, b_indptr, b_indices, b, n_cols):  
                     indices[pos] = j
                     pos += 1
                     acc[j] = ap * b[q]
+                    low, high = min(low, j), max(high, j)
                 else:
                     acc[j] += ap * b[q]
-        _sort_row(indices, indptr[i], indptr[i + 1])
+        _sort_row(indices, indptr[i], indptr[i + 1], marker, i, low, high)
         for c in range(indptr[i], indptr[i + 1]):
             values[c] = acc[indices[c]]
     return indptr, indices, values

@@ -25,6 +25,10 @@ from sparsad.torch.matrix import DenseResultWarning, SparseMatrix
 from sparsad.ops.solve import ConvergenceInfo, ConvergenceWarning
 from sparsad.torch.cholesky import Cholesky, cholesky
 from sparsad.torch.krylov import LinearOperator, bicgstab, cg, gmres, minres
+from sparsad.torch.fixed_point import fixed_point
+from sparsad.torch.jacobian import hessian, jacobian
+from sparsad.torch.layers import TAGConv
+from sparsad.torch.structure import abs, add_scalar, diag, eye, power, sum, to_torch_coo, trace, tril, triu
 from sparsad.torch.program import TorchProgram, compile_program
 from sparsad.torch.solve import SparseLU, logdet, slogdet, splu, splu_solve, spsolve, triangular_solve
 
@@ -33,5 +37,7 @@ __all__ = [
     "diagonal", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
     "gradcheck", "gradgradcheck", "compile_program", "TorchProgram",
     "cholesky", "Cholesky", "logdet", "slogdet", "splu", "splu_solve", "SparseLU",
-    "minres", "gmres", "bicgstab", "LinearOperator", "ConvergenceInfo", "ConvergenceWarning",
+    "minres", "gmres", "bicgstab", "LinearOperator", "ConvergenceInfo", "ConvergenceWarning", "fixed_point",
+    "jacobian", "hessian", "TAGConv", "abs", "add_scalar", "diag", "eye", "power", "sum", "to_torch_coo", "trace",
+    "tril", "triu",
 ]

@@ -316,6 +316,38 @@ class SparseMatrix:
             return self * (1.0 / other)
         return NotImplemented
 
+    # -- tensor-like methods (numml parity) -----------------------------------------------------
+    def clone(self) -> "SparseMatrix":
+        """A copy whose values are a differentiable clone (the immutable pattern is shared)."""
+        return SparseMatrix._wrap(self.pattern, self.values.clone())
+
+    def cpu(self) -> "SparseMatrix":
+        return self.to("cpu")
+
+    def size(self, dim: int | None = None):
+        """torch.Size of the shape, or one of its sizes."""
+        return torch.Size(self.shape) if dim is None else self.shape[dim]
+
+    def t(self) -> "SparseMatrix":
+        return self.T
+
+    @property
+    def mT(self) -> "SparseMatrix":  # noqa: N802 - torch's name
+        return self.T
+
+    def sum(self, dim: int | None = None) -> torch.Tensor:
+        """Sum of all entries, or per column (dim=0) / per row (dim=1), as dense tensors."""
+        from sparsad.torch.structure import sum as _sum
+
+        return _sum(self, dim)
+
+    def __pow__(self, p: Any) -> "SparseMatrix":
+        """Elementwise power of the stored values."""
+        return SparseMatrix._wrap(self.pattern, self.values ** p)
+
+    def __abs__(self) -> "SparseMatrix":
+        return SparseMatrix._wrap(self.pattern, self.values.abs())
+
 
 def as_sparse_matrix(value: Any, name: str) -> SparseMatrix:
     if not isinstance(value, SparseMatrix):

@@ -24,9 +24,7 @@ import torch
 
 from sparsad.errors import ShapeError, UnsupportedError
 from sparsad.ops import solve as _solve
-from sparsad.ops.contract import spmm_terms
 from sparsad.ops.pattern import CSRPattern
-from sparsad.torch._autograd import _evaluate, contract
 from sparsad.torch._functorch import loop_vmap
 from sparsad.torch.linalg import _index, check_dense
 from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
@@ -35,9 +33,16 @@ from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
 SECOND_ORDER_LOGDET_MAX_N = 4096
 
 
+def _rows_cols(pattern: CSRPattern, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return _index(pattern.rows, device, pattern, "rows"), _index(pattern.indices, device, pattern, "cols")
+
+
 def _masked_outer(pattern: CSRPattern, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """(left right^T) restricted to the pattern: one value per stored entry (differentiable)."""
-    return contract(spmm_terms(pattern), 0, {1: right, 2: left})
+    """(left right^T) restricted to the pattern: one value per stored entry. Plain torch gathers,
+    so it differentiates to any order and works under every torch.func transform."""
+    rows, cols = _rows_cols(pattern, left.device)
+    product = left[rows] * right[cols]
+    return product if product.ndim == 1 else product.sum(1)
 
 
 def _transposed(pattern: CSRPattern, values: torch.Tensor) -> tuple[CSRPattern, torch.Tensor]:
@@ -46,8 +51,11 @@ def _transposed(pattern: CSRPattern, values: torch.Tensor) -> tuple[CSRPattern, 
 
 
 def _apply(pattern: CSRPattern, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """M x without autograd (for JVPs and iterations)."""
-    return _evaluate(spmm_terms(pattern), 2, values, x)
+    """M x by plain torch gathers and index_add (differentiable, torch.func-safe; used by JVPs)."""
+    rows, cols = _rows_cols(pattern, x.device)
+    terms = (values * x[cols]) if x.ndim == 1 else values[:, None] * x[cols]
+    return torch.zeros((pattern.shape[0],) + tuple(x.shape[1:]), dtype=terms.dtype, device=x.device).index_add(
+        0, rows, terms)
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -208,8 +216,6 @@ class _FactorSolve(torch.autograd.Function):
 def _sandwich(pattern: CSRPattern, handle: FactorHandle, values: torch.Tensor, middle: torch.Tensor):
     """(X S^T X) on the pattern, X = A^-T, S the sparse matrix of `middle` on the pattern
     (differentiable; dense in n, so refused beyond SECOND_ORDER_LOGDET_MAX_N)."""
-    from sparsad.torch.linalg import spmm
-
     n = pattern.shape[0]
     if n > SECOND_ORDER_LOGDET_MAX_N:
         raise UnsupportedError(
@@ -218,7 +224,7 @@ def _sandwich(pattern: CSRPattern, handle: FactorHandle, values: torch.Tensor, m
             "knowingly, or use first-order gradients only")
     eye = torch.eye(n, dtype=values.dtype, device=values.device)
     inverse_t = _FactorSolve.apply(pattern, handle, True, values, eye)  # A^-T
-    left = spmm(SparseMatrix._wrap(pattern, middle), inverse_t.T.contiguous()).T  # X S^T
+    left = _apply(pattern, middle, inverse_t.T).T  # X S^T = (S X^T)^T
     return _masked_outer(pattern, left.contiguous(), inverse_t.T.contiguous())
 
 

@@ -1,0 +1,194 @@
+"""`sparsad bench solvers`: SpGEMM first call vs SciPy, Cholesky solve/logdet (forward +
+backward) vs the factorisation alone and vs dense torch, Krylov solvers with and without AMG,
+and colouring Jacobians of a 2-D Poisson residual vs dense jacfwd.
+
+Every speed figure is a ratio against a competitor measured in the same run (median of repeats).
+Writes bench/results/solvers_*.csv and solvers_*.png.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from bench.common import best_time, plot_bars, print_table, write_csv
+
+SPGEMM_MATRICES = ["HB/bcsstk13", "HB/bcsstk16", "HB/bcsstk25", "Gset/G55", "Pajek/GD06_theory", "Bai/olm1000",
+                   "DIMACS10/fe_4elt2", "Gaertner/nopoly", "HB/662_bus", "HB/1138_bus"]
+SPD_MATRICES = ["HB/bcsstk13", "HB/bcsstk16", "HB/662_bus", "HB/bcsstk25"]
+
+
+def _load(name: str):
+    from sparsad._data import load_suitesparse
+
+    matrix = load_suitesparse(name)
+    if matrix is None or matrix.dtype.kind == "c" or matrix.shape[0] != matrix.shape[1]:
+        return None
+    matrix = sp.csr_matrix(matrix, dtype=np.float64)
+    matrix.sum_duplicates()
+    matrix.sort_indices()
+    return matrix
+
+
+def _all_matrices() -> list[str]:
+    from sparsad._data import shared_data_dir
+
+    root = shared_data_dir()
+    if root is None:
+        return []
+    return sorted(str(p.relative_to(root / "suitesparse"))[:-4] for p in (root / "suitesparse").glob("*/*.mtx"))
+
+
+def spgemm_table(quick: bool) -> list[dict]:
+    """First A @ A (symbolic + numeric, fresh pattern each time) vs SciPy's A @ A."""
+    from sparsad.ops.pattern import CSRPattern
+    from sparsad.ops.spgemm import SpGEMM
+    from sparsad.torch import SparseMatrix, spgemm
+
+    rows = []
+    names = SPGEMM_MATRICES[:5] if quick else _all_matrices()
+    for name in names:
+        m = _load(name)
+        if m is None:
+            continue
+        fresh = lambda: CSRPattern(m.indptr, m.indices, m.shape, check=False)  # noqa: E731
+        scipy_s = best_time(lambda: m @ m, repeat=5)
+        first_s = best_time(lambda: SpGEMM.with_values(fresh(), fresh(), m.data, m.data), repeat=5)
+        A = SparseMatrix.from_scipy(m)
+
+        def torch_first():
+            B = SparseMatrix._wrap(fresh(), A.values)
+            return spgemm(B, B)
+
+        torch_s = best_time(torch_first, repeat=5)
+        product = fresh().product(fresh())
+        numeric_s = best_time(lambda: product.values(m.data, m.data), repeat=5)
+        rows.append({"matrix": name, "n": m.shape[0], "nnz": m.nnz, "scipy_s": scipy_s, "ours_first_s": first_s,
+                     "ours_first_torch_s": torch_s, "ours_numeric_s": numeric_s,
+                     "first_over_scipy": first_s / scipy_s, "torch_first_over_scipy": torch_s / scipy_s})
+    return rows
+
+
+def cholesky_table(quick: bool) -> list[dict]:
+    """Solve and logdet, forward + backward, vs the factorisation alone and dense torch."""
+    from sparsad.ops.solve import CholeskyFactor
+    from sparsad.torch import SparseMatrix, cholesky
+
+    rows = []
+    for name in SPD_MATRICES[: 2 if quick else None]:
+        m = _load(name)
+        if m is None:
+            continue
+        m = (m / abs(m).max() + 1e-3 * sp.eye(m.shape[0])).tocsr()
+        A = SparseMatrix.from_scipy(m)
+        n = m.shape[0]
+        b = torch.randn(n, dtype=torch.float64)
+        factor_s = best_time(lambda: CholeskyFactor(A.pattern, m.data), repeat=3)
+
+        def solve_fb():
+            values = A.values.detach().requires_grad_(True)
+            x = cholesky(SparseMatrix._wrap(A.pattern, values)).solve(b)
+            x.sum().backward()
+
+        def logdet_fb():
+            values = A.values.detach().requires_grad_(True)
+            cholesky(SparseMatrix._wrap(A.pattern, values)).logdet().backward()
+
+        solve_s = best_time(solve_fb, repeat=3)
+        logdet_s = best_time(logdet_fb, repeat=2, budget_s=60)
+        dense = torch.tensor(m.toarray())
+
+        def dense_fb():
+            D = dense.clone().requires_grad_(True)
+            (torch.linalg.solve(D, b).sum() + torch.logdet(D)).backward()
+
+        dense_s = best_time(dense_fb, repeat=2)
+        rows.append({"matrix": name, "n": n, "nnz": m.nnz, "factor_s": factor_s, "solve_fwd_bwd_s": solve_s,
+                     "logdet_fwd_bwd_s": logdet_s, "dense_solve_logdet_fwd_bwd_s": dense_s,
+                     "solve_over_factor": solve_s / factor_s, "logdet_over_factor": logdet_s / factor_s,
+                     "dense_over_ours": dense_s / (solve_s + logdet_s)})
+    return rows
+
+
+def krylov_table(quick: bool) -> list[dict]:
+    """CG with and without AMG / Jacobi: forward, and forward + backward (one adjoint solve)."""
+    from sparsad.torch import ConvergenceWarning, SparseMatrix, cg
+
+    rows = []
+    for name in SPD_MATRICES[: 2 if quick else None]:
+        m = _load(name)
+        if m is None:
+            continue
+        m = (m / abs(m).max() + 1e-3 * sp.eye(m.shape[0])).tocsr()
+        A = SparseMatrix.from_scipy(m)
+        b = torch.randn(m.shape[0], dtype=torch.float64)
+        for M in (None, "jacobi", "amg"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                info = cg(A, b, rtol=1e-8, maxiter=5000, M=M, return_info=True)[1]
+                forward_s = best_time(lambda: cg(A, b, rtol=1e-8, maxiter=5000, M=M), repeat=2, budget_s=30)
+
+                def both():
+                    values = A.values.detach().requires_grad_(True)
+                    cg(SparseMatrix._wrap(A.pattern, values), b, rtol=1e-8, maxiter=5000, M=M).sum().backward()
+
+                both_s = best_time(both, repeat=2, budget_s=30)
+            rows.append({"matrix": name, "n": m.shape[0], "M": M or "none", "iterations": info.iterations,
+                         "converged": info.converged, "forward_s": forward_s, "fwd_bwd_s": both_s,
+                         "backward_over_forward": (both_s - forward_s) / forward_s})
+    return rows
+
+
+def jacobian_table(quick: bool) -> list[dict]:
+    """Colouring Jacobian of a 2-D Poisson residual vs dense torch.func.jacfwd (where it fits)."""
+    from sparsad.torch import jacobian
+
+    rows = []
+    sides = [16, 32, 64] + ([] if quick else [256, 1000])
+    if quick:
+        sides.append(1000)
+    for side in sides:
+        def residual(u, side=side):
+            grid = u.reshape(side, side)
+            padded = torch.nn.functional.pad(grid, (1, 1, 1, 1))
+            lap = 4 * grid - padded[:-2, 1:-1] - padded[2:, 1:-1] - padded[1:-1, :-2] - padded[1:-1, 2:]
+            return (lap + 0.1 * grid ** 3).reshape(-1)
+
+        one = sp.diags([np.ones(side - 1), np.ones(side), np.ones(side - 1)], [-1, 0, 1])
+        pattern = sp.kronsum(one, one).tocsr()
+        u = torch.randn(side * side, dtype=torch.float64)
+        ours_s = best_time(lambda: jacobian(residual, u, pattern=pattern), repeat=3, warmup=1, budget_s=30)
+        dense_s = float("nan")
+        if side <= 64:
+            dense_s = best_time(lambda: torch.func.jacfwd(residual)(u), repeat=3)
+        rows.append({"n": side * side, "ours_s": ours_s, "dense_jacfwd_s": dense_s, "dense_over_ours": dense_s / ours_s})
+    return rows
+
+
+def main(quick: bool = False) -> None:
+    start = time.perf_counter()
+    tables = {}
+    print("SpGEMM first call (symbolic + numeric, fresh pattern) vs SciPy A @ A")
+    tables["spgemm"] = spgemm_table(quick)
+    print_table(tables["spgemm"])
+    print("\nCholesky: solve and logdet, forward + backward, vs the factorisation and dense torch")
+    tables["cholesky"] = cholesky_table(quick)
+    print_table(tables["cholesky"])
+    print("\nCG with preconditioners: backward = one adjoint solve")
+    tables["krylov"] = krylov_table(quick)
+    print_table(tables["krylov"])
+    print("\nColouring Jacobian of a 2-D Poisson residual vs dense jacfwd")
+    tables["jacobian"] = jacobian_table(quick)
+    print_table(tables["jacobian"])
+    paths = [write_csv(f"solvers_{key}", rows) for key, rows in tables.items() if rows]
+    if tables["spgemm"]:
+        paths.append(plot_bars("solvers", tables["spgemm"], "matrix", "first_over_scipy",
+                               title="SpGEMM first call / SciPy A @ A (lower is better)", name="solvers_spgemm"))
+    print("\nwrote", *paths, f"in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main(quick=True)

@@ -1,0 +1,135 @@
+"""Structure and value ops on SparseMatrix (numml parity): offset identities and diagonals,
+triangular parts, elementwise maps of the stored values, reductions, and a COO export.
+
+Every op maps stored values to stored values with plain torch ops (gathers, index_add), so
+gradients of every order, forward mode and torch.func transforms work through them. Elementwise
+maps act on the stored entries only (the masked convention): `A + 1.0` adds 1 to each stored
+value, never densifies.
+
+Example:
+    >>> import torch
+    >>> D = diag(torch.tensor([1.0, 2.0], dtype=torch.float64), 1)
+    >>> D.to_dense()
+    tensor([[0., 1., 0.],
+            [0., 0., 2.],
+            [0., 0., 0.]], dtype=torch.float64)
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+import torch
+
+from sparsad.errors import InputError, ShapeError
+from sparsad.ops.pattern import CSRPattern
+from sparsad.torch.linalg import _index
+from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
+
+
+def _diagonal_pattern(n_rows: int, n_cols: int, k: int) -> tuple[CSRPattern, np.ndarray]:
+    """Pattern of the k-th diagonal of an (n_rows, n_cols) matrix and its row indices."""
+    rows = np.arange(max(0, -k), min(n_rows, n_cols - k), dtype=np.int64)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    indptr[rows + 1] = 1
+    np.cumsum(indptr, out=indptr)
+    return CSRPattern(indptr, rows + k, (n_rows, n_cols), check=False), rows
+
+
+def eye(n: int, m: int | None = None, k: int = 0, *, dtype: torch.dtype = torch.float64,
+        device: Any = None) -> SparseMatrix:
+    """Ones on the k-th diagonal of an n x m matrix (k > 0 above the main diagonal), like scipy.sparse.eye."""
+    m = n if m is None else m
+    for name, value in (("n", n), ("m", m), ("k", k)):
+        if not isinstance(value, (int, np.integer)):
+            raise InputError(f"{name} must be an int, got {type(value).__name__}")
+    if n < 0 or m < 0:
+        raise ShapeError(f"eye needs non-negative sizes, got n={n}, m={m}")
+    pattern, rows = _diagonal_pattern(int(n), int(m), int(k))
+    return SparseMatrix._wrap(pattern, torch.ones(rows.shape[0], dtype=dtype, device=device))
+
+
+def diag(x: torch.Tensor, k: int = 0) -> SparseMatrix:
+    """The square matrix with vector x on its k-th diagonal (differentiable in x), like torch.diag."""
+    if not isinstance(x, torch.Tensor) or x.ndim != 1:
+        raise InputError(f"x must be a 1-D torch.Tensor, got {type(x).__name__} "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else ''}")
+    if x.dtype not in (torch.float32, torch.float64):
+        raise InputError(f"x must be float32 or float64, got {x.dtype}")
+    n = x.shape[0] + builtins.abs(int(k))  # the module defines its own abs
+    pattern, _ = _diagonal_pattern(n, n, int(k))
+    return SparseMatrix._wrap(pattern, x)
+
+
+def _select(A: SparseMatrix, keep: np.ndarray) -> SparseMatrix:
+    """The stored entries where `keep` is true (same shape); gradient flows to those entries."""
+    pattern = A.pattern
+    counts = np.bincount(pattern.rows[keep], minlength=pattern.shape[0])
+    indptr = np.zeros(pattern.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    sub = CSRPattern(indptr, pattern.indices[keep].astype(np.int64), pattern.shape, check=False)
+    positions = torch.as_tensor(np.flatnonzero(keep), dtype=torch.int64, device=A.device)
+    return SparseMatrix._wrap(sub, A.values[positions])
+
+
+def tril(A: SparseMatrix, k: int = 0) -> SparseMatrix:
+    """Entries on and below the k-th diagonal (differentiable), like torch.tril."""
+    A = as_sparse_matrix(A, "A")
+    return _select(A, A.pattern.indices - A.pattern.rows <= int(k))
+
+
+def triu(A: SparseMatrix, k: int = 0) -> SparseMatrix:
+    """Entries on and above the k-th diagonal (differentiable), like torch.triu."""
+    A = as_sparse_matrix(A, "A")
+    return _select(A, A.pattern.indices - A.pattern.rows >= int(k))
+
+
+def add_scalar(A: SparseMatrix, value: Any) -> SparseMatrix:
+    """A + value on the stored entries (the implicit zeros stay zero; masked convention)."""
+    A = as_sparse_matrix(A, "A")
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        raise ShapeError(f"value must be a scalar, got shape {tuple(value.shape)}")
+    return SparseMatrix._wrap(A.pattern, A.values + (value.reshape(()) if isinstance(value, torch.Tensor) else value))
+
+
+def power(A: SparseMatrix, p: Any) -> SparseMatrix:
+    """Elementwise A ** p on the stored entries (numml's A ** p)."""
+    A = as_sparse_matrix(A, "A")
+    return SparseMatrix._wrap(A.pattern, A.values ** p)
+
+
+def abs(A: SparseMatrix) -> SparseMatrix:  # noqa: A001 - the numml name
+    """Elementwise |A| on the stored entries."""
+    A = as_sparse_matrix(A, "A")
+    return SparseMatrix._wrap(A.pattern, A.values.abs())
+
+
+def sum(A: SparseMatrix, dim: int | None = None) -> torch.Tensor:  # noqa: A001 - the numml name
+    """Sum of all entries (dim=None), of each column (dim=0) or of each row (dim=1), as dense tensors."""
+    A = as_sparse_matrix(A, "A")
+    if dim is None:
+        return A.values.sum()
+    if dim not in (0, 1, -1, -2):
+        raise InputError(f"dim must be None, 0 or 1 for a matrix, got {dim!r}")
+    axis = dim % 2
+    index = _index(A.pattern.rows if axis == 1 else A.pattern.indices, A.device, A.pattern,
+                   "rows" if axis == 1 else "cols")
+    size = A.shape[0] if axis == 1 else A.shape[1]
+    return torch.zeros(size, dtype=A.dtype, device=A.device).index_add(0, index, A.values)
+
+
+def trace(A: SparseMatrix) -> torch.Tensor:
+    """Sum of the main diagonal (gradient to the stored diagonal entries)."""
+    A = as_sparse_matrix(A, "A")
+    positions = A.pattern.diagonal_positions
+    stored = torch.as_tensor(positions[positions >= 0], dtype=torch.int64, device=A.device)
+    return A.values[stored].sum()
+
+
+def to_torch_coo(A: SparseMatrix) -> torch.Tensor:
+    """A torch sparse COO tensor (coalesced) sharing the differentiable values."""
+    A = as_sparse_matrix(A, "A")
+    indices = torch.stack([torch.as_tensor(A.pattern.rows, device=A.device),
+                           torch.as_tensor(A.pattern.indices.astype(np.int64), device=A.device)])
+    return torch.sparse_coo_tensor(indices, A.values, A.shape, is_coalesced=True)
