@@ -156,8 +156,9 @@ def rows(A: sp.csr_matrix) -> np.ndarray:
 
 
 def on(A: sp.csr_matrix, values) -> sp.csr_matrix:
-    """A CSR matrix with A's pattern and the given values (entry order of A.data)."""
-    return sp.csr_matrix((np.asarray(values, dtype=float), A.indices, A.indptr), shape=A.shape)
+    """A CSR matrix with A's pattern and the given values (entry order of A.data); the index
+    arrays are copied, so that changing the result in place leaves A alone."""
+    return sp.csr_matrix((np.asarray(values, dtype=float), A.indices.copy(), A.indptr.copy()), shape=A.shape)
 
 
 def rowsum(A: sp.csr_matrix, values) -> np.ndarray:
