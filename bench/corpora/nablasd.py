@@ -156,8 +156,9 @@ def rows(A: sp.csr_matrix) -> np.ndarray:
 
 
 def on(A: sp.csr_matrix, values) -> sp.csr_matrix:
-    """A CSR matrix with A's pattern and the given values (entry order of A.data)."""
-    return sp.csr_matrix((np.asarray(values, dtype=float), A.indices, A.indptr), shape=A.shape)
+    """A CSR matrix with A's pattern and the given values (entry order of A.data); the index
+    arrays are copied, so that changing the result in place leaves A alone."""
+    return sp.csr_matrix((np.asarray(values, dtype=float), A.indices.copy(), A.indptr.copy()), shape=A.shape)
 
 
 def rowsum(A: sp.csr_matrix, values) -> np.ndarray:
@@ -1611,7 +1612,7 @@ def _conv_vjp(I, w, ct):
 add("conv1d", "subarray", "sum(<i, _> in (0:n)) { i -> sum(<k, w> in f) w * x(i + k) }", {"n": "int"},
     ("f", "x"), _seq({"x", "f", "n"}),
     value=_conv,
-    dense=lambda j, d, m: j.stack([d["f"] @ d["x"][i:i + d["f"].shape[0]] for i in range(d["n"])]),
+    dense=lambda j, d, m: j.correlate(d["x"], d["f"], mode="valid"),
     vjp=_conv_vjp,
     jvp=lambda I, w, t: _conv(I, f=t) if w == "f" else _conv(I, x=t))
 
@@ -1625,8 +1626,7 @@ sum(<i, _> in (0:n))
   let e = (sum(<k, w> in f) w * x(i + k)) - y(i) in
   e * e""", {"n": "int"}, ("f", "x"), _seq({"x", "y", "f", "n"}),
     value=lambda I: float(np.sum((_conv(I) - I["y"][:I["n"]]) ** 2)),
-    dense=lambda j, d, m: j.sum((j.stack([d["f"] @ d["x"][i:i + d["f"].shape[0]] for i in range(d["n"])])
-                                 - d["y"][:d["n"]]) ** 2),
+    dense=lambda j, d, m: j.sum((j.correlate(d["x"], d["f"], mode="valid") - d["y"][:d["n"]]) ** 2),
     grad=_conv_loss_grad)
 
 

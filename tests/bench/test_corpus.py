@@ -170,3 +170,23 @@ def test_closed_form_jacobian_builder_agrees_with_jax():
     J = C.jacobian_from_vjp(P, "A")
     reference = C.jax_reference(P, "A", "jacobian", None)
     np.testing.assert_allclose(J, reference, rtol=1e-12, atol=1e-14)
+
+
+def test_bench_writes_table_csv_plots_and_summary(capsys, monkeypatch, tmp_path):
+    """`sparsad bench corpus` end to end on a few cases (small inputs)."""
+    import csv
+
+    import bench.common
+
+    monkeypatch.setattr(bench.common, "RESULTS_DIR", tmp_path)
+    C.main(quick=True, only=["lsq", "row_softmax"], kinds=("grad", "vjp"))
+    out = capsys.readouterr().out
+    assert "== summary (issue 11) ==" in out and "time vs closed form" in out
+    with (tmp_path / "corpus.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["program"] for r in rows} == {"lsq", "row_softmax"}
+    assert {"status", "err_closed", "err_jax", "sparsad_s", "closed_s", "ratio", "bcoo_s", "torch_s"} <= set(rows[0])
+    assert {r["kind"] for r in rows} == {"value", "grad", "vjp"}
+    lsq_grads = [r for r in rows if r["program"] == "lsq" and r["kind"] == "grad"]
+    assert lsq_grads and all(r["bcoo_s"] and r["torch_s"] for r in lsq_grads)  # competitors ran
+    assert list(tmp_path.glob("corpus_*.png"))
