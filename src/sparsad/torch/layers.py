@@ -4,7 +4,7 @@ and TAGConv (numml parity). The adjacency's values are differentiable like any o
 Example:
     >>> import torch, scipy.sparse as sp
     >>> from sparsad.torch import SparseMatrix
-    >>> A = SparseMatrix.from_scipy(sp.random(5, 5, density=0.4, random_state=0))
+    >>> A = SparseMatrix.from_scipy(sp.random(5, 5, density=0.4, random_state=0), dtype=torch.float32)
     >>> TAGConv(3, 2, K=2)(A, torch.randn(5, 3)).shape
     torch.Size([5, 2])
 """

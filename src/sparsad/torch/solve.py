@@ -12,8 +12,8 @@ Example:
     >>> import torch, scipy.sparse as sp
     >>> from sparsad.torch import SparseMatrix
     >>> A = SparseMatrix.from_scipy(sp.eye(3, format="csr") * 2.0, requires_grad=True)
-    >>> spsolve(A, torch.ones(3, dtype=torch.float64))
-    tensor([0.5000, 0.5000, 0.5000], dtype=torch.float64, grad_fn=<_FactorSolveBackward>)
+    >>> spsolve(A, torch.ones(3, dtype=torch.float64)).tolist()
+    [0.5, 0.5, 0.5]
 """
 from __future__ import annotations
 
