@@ -87,8 +87,12 @@ def _instructions(code: types.CodeType) -> list:
     as LOAD_METHOD otherwise; the function's text alone cannot tell, so both count as the same
     attribute load, and jump targets are compared as instruction positions.
     """
-    instrs = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE", "NOP")]
-    position = {i.offset: k for k, i in enumerate(instrs)}
+    every = list(dis.get_instructions(code))
+    instrs, position = [], {}
+    for i in every:  # a jump to a dropped instruction lands on the next kept one
+        position[i.offset] = len(instrs)
+        if i.opname not in ("EXTENDED_ARG", "CACHE", "NOP"):
+            instrs.append(i)
     out = []
     for i in instrs:
         name = "LOAD_ATTR" if i.opname == "LOAD_METHOD" else i.opname
