@@ -258,7 +258,7 @@ def _fast_key(args: tuple):
     for a in args:
         shape = getattr(a, "shape", None)
         if shape is not None and hasattr(a, "dtype"):
-            key.append((type(a), shape, a.dtype, a.device if type(a).__module__.startswith("torch") else None))
+            key.append((shape, a.dtype))  # (ready-made calls refuse tensors off the CPU themselves)
         elif type(a) in _PLAIN:
             key.append((type(a), a))
         else:
