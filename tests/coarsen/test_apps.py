@@ -65,7 +65,7 @@ def test_one_adjoint_serves_different_trip_counts_and_breaks():
         wrapped(x, y, rr, t_max, tol).backward()
         (e,) = torch_reference(apps.bgd_hyperopt, (x, y, rr.detach(), t_max, tol), (2,))
         assert rel_err(rr.grad, e) <= TOL
-    plan = next(iter(wrapped._plans.values()))
+    (plan,) = next(iter(wrapped._plans.values()))  # one signature (t_max 60), one plan
     assert len(plan.elevations) == 1 and len(plan.compiled) == 1
 
 

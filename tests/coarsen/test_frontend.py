@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from coarsen.helpers_coarsen import load_function
+import sparsad.coarsen as coarsen
 from sparsad.coarsen import ssa
 from sparsad.coarsen.apps import bgd_hyperopt, bgd_hyperopt_loops, make_bgd
 from sparsad.coarsen.frontend import CoarsenUnsupported, trace
@@ -84,7 +85,7 @@ def test_unsupported_constructs_are_refused_with_a_reason(body, reason):
     assert reason in str(info.value)
 
 
-def test_dynamic_python_int_cannot_enter_arithmetic():
+def test_python_int_changed_in_a_loop_and_used_in_arithmetic_is_carried_as_a_traced_scalar():
     f = load_function(
         "def f(x):\n"
         "    k = 0\n"
@@ -93,5 +94,21 @@ def test_dynamic_python_int_cannot_enter_arithmetic():
         "        k += 1\n"
         "        s = s * k\n"
         "    return s.sum()\n")
-    with pytest.raises(CoarsenUnsupported, match="changes inside a loop"):
+    graph = trace(f, _t([1.0, 2.0]))
+    (loop,) = {id(l): l for l in graph.loops if l.names}.values()
+    assert set(loop.names) == {"s", "k"}
+    (x,) = _t([1.0, 2.0])
+    assert torch.allclose(coarsen.grad(f)(x), torch.full((2,), 6.0, dtype=torch.float64), rtol=1e-14)
+
+
+def test_python_int_that_only_steers_control_flow_but_is_used_after_the_loop_is_refused_with_its_name():
+    f = load_function(
+        "def f(x):\n"
+        "    k = 0\n"
+        "    s = x * 1.0\n"
+        "    while k < 3:\n"
+        "        k += 1\n"
+        "        s = s * 2.0\n"
+        "    return (s * k).sum()\n")
+    with pytest.raises(CoarsenUnsupported, match="`k`.*changes inside a loop"):
         trace(f, _t([1.0, 2.0]))

@@ -14,7 +14,7 @@ import sympy as sp
 
 from sparsad.coarsen.elevate import Elevation, Segment
 from sparsad.coarsen.frontend import CoarsenUnsupported
-from sparsad.coarsen.symbolic import Scatter, VSum, real_symbol, shape_of, stabilize, tree_size
+from sparsad.coarsen.symbolic import LoopFwd, LoopRev, Pick, Scatter, VSum, real_symbol, shape_of, stabilize, tree_size
 
 
 @dataclass
@@ -27,6 +27,7 @@ class AdjointProgram:
     shapes: dict
     views: dict                          # scatter id -> (key, base shape)
     iotas: dict
+    loops: dict = None                   # id -> revloop.LoopBody of the compiled loops used
 
 
 def _numel(shape) -> int:
@@ -91,8 +92,12 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
         statements.append((name, total))
         return name
 
+    handled_loops: set = set()
     for seg in reversed(segments):
         if seg.sym not in active:
+            continue
+        if isinstance(seg.expr, Pick) and isinstance(seg.expr.args[0], LoopFwd):
+            _loop_adjoint(seg.expr.args[0], elev.loops, handled_loops, adjoint_of, adjoint_terms, active, shapes)
             continue
         adj = adjoint_of(seg.sym)
         if adj is None:
@@ -128,7 +133,28 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
     program = _assemble(segments, statements, results, shapes)
     params = [p.sym for p in elev.params]
     return AdjointProgram(list(elev.inputs), params, seeds, program[0], program[1], shapes, views,
-                          dict(elev.iotas))
+                          dict(elev.iotas), dict(getattr(elev, "loops", {}) or {}))
+
+
+def _loop_adjoint(call, loops: dict, handled: set, adjoint_of, adjoint_terms: dict, active: set, shapes) -> None:
+    """Cotangents of a compiled loop's inits and invariants from its exits' (all users come later)."""
+    ident = int(call.args[0])
+    if ident in handled:
+        return
+    handled.add(ident)
+    body = loops[ident]
+    seeds = []
+    for sym, shape in zip(body.exit_syms, body.carried_shapes):
+        adj = adjoint_of(sym)
+        seeds.append(adj if adj is not None else sp.Integer(0))
+    if all(s == 0 for s in seeds):
+        return
+    rev = LoopRev(call.args[0], *seeds, *call.args[1:])
+    operands = list(call.args[1:-1])  # inits, then invariants (the last argument is the trip count)
+    for m, u in enumerate(operands):
+        if isinstance(u, sp.Symbol) and u in active:
+            shape = tuple(shapes.get(u, ()))
+            adjoint_terms.setdefault(u, []).append(Pick(rev, sp.Integer(m), *[sp.Integer(d) for d in shape]))
 
 
 def segment_gradient(expr: sp.Expr, targets: set) -> dict:

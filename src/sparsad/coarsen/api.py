@@ -2,21 +2,35 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import types
 from typing import Callable, Sequence
 
 from sparsad.coarsen import numba_primal
 from sparsad.coarsen.frontend import CoarsenUnsupported
+from sparsad.coarsen.guards import Unkeyable, fingerprint
 from sparsad.coarsen.plan import Plan, build_plan, fallback_warning, param_values, signature
+from sparsad.errors import InputError
+
+PLANS_PER_SIGNATURE = 8  # plans kept for one call signature (one per state of the globals they read)
+
+
+class CoarsenInputError(InputError, TypeError):
+    """Arguments ``coarsen.grad`` cannot differentiate (the message names the argument and the fix)."""
 
 
 def _backend(args) -> str:
+    """``torch`` or ``jax`` from the arguments' array types; ``numpy`` when only NumPy arrays are given."""
+    numpy = False
     for a in args:
         module = type(a).__module__
         if module.startswith("torch"):
             return "torch"
         if module.startswith("jax") or module.startswith("jaxlib"):
             return "jax"
-    return "torch"
+        if module.startswith("numpy") and hasattr(a, "shape") and getattr(a, "ndim", 0) > 0:
+            numpy = True
+    return "numpy" if numpy else "torch"
 
 
 class Coarsened:
@@ -29,23 +43,54 @@ class Coarsened:
         self.max_segment = max_segment
         self.closed_forms = closed_forms
         self.verify = verify
-        self._plans: dict = {}
+        self._plans: dict = {}      # signature -> plans (newest last), each valid while its guards hold
         self._disabled: dict = {}
+        self._unkeyable: set = set()
         functools.update_wrapper(self, fn)
 
+    def __get__(self, obj, objtype=None):
+        """Methods: ``obj.method(x)`` calls the coarsened function with ``obj`` first."""
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    def positional(self, args: tuple, kwargs: dict) -> tuple:
+        """The call's arguments in parameter order (keywords and defaults filled in)."""
+        if not kwargs:
+            return args
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CoarsenInputError(f"{getattr(self.fn, '__name__', 'f')}(): {exc}") from None
+        bound.apply_defaults()
+        if bound.kwargs:
+            raise CoarsenUnsupported("keyword-only or **kwargs parameters are not supported")
+        return tuple(bound.args)
+
     def plan(self, args: tuple) -> Plan | None:
-        sig = signature(args)
+        try:
+            sig = signature(args)
+        except Unkeyable as why:
+            reason = f"an argument is {why}; its content cannot be checked between calls"
+            if reason not in self._unkeyable:
+                self._unkeyable.add(reason)
+                fallback_warning(self.fn, reason)
+            return None
         if sig in self._disabled:
             return None
-        plan = self._plans.get(sig)
-        if plan is None:
-            try:
-                plan = build_plan(self.fn, args, self.max_segment, self.closed_forms)
-            except (CoarsenUnsupported, SyntaxError) as why:
-                self.disable(args, why)
-                return None
-            plan.use_numba = self.numba
-            self._plans[sig] = plan
+        plans = self._plans.setdefault(sig, [])
+        for plan in reversed(plans):
+            if plan.current():
+                return plan
+        try:
+            plan = build_plan(self.fn, args, self.max_segment, self.closed_forms)
+        except Exception as why:  # unsupported constructs, and any failure of the machinery itself
+            self.disable(args, why)
+            return None
+        plan.use_numba = self.numba
+        plans.append(plan)
+        if len(plans) > PLANS_PER_SIGNATURE:
+            plans.pop(0)
         return plan
 
     def disable(self, args: tuple, why) -> None:
@@ -55,15 +100,28 @@ class Coarsened:
         self._disabled[sig] = str(why)
         self._plans.pop(sig, None)
 
-    def __call__(self, *args):
-        plan = self.plan(args)
+    def __call__(self, *args, **kwargs):
+        backend = _backend(args + tuple(kwargs.values()))
+        if backend == "numpy":
+            return self.fn(*args, **kwargs)  # NumPy has no autograd to splice into
+        try:
+            call = self.positional(args, kwargs)
+        except CoarsenUnsupported as why:
+            fallback_warning(self.fn, why)
+            return self.fn(*args, **kwargs)
+        plan = self.plan(call)
         if plan is None:
-            return self.fn(*args)
-        if _backend(args) == "jax":
-            from sparsad.coarsen import jax_splice
-            return jax_splice.apply(self, plan, args)
-        from sparsad.coarsen import torch_splice
-        return torch_splice.apply(self, plan, args)
+            return self.fn(*call)
+        try:
+            if backend == "jax":
+                from sparsad.coarsen import jax_splice
+                return jax_splice.apply(self, plan, call)
+            from sparsad.coarsen import torch_splice
+            return torch_splice.apply(self, plan, call)
+        except Exception as why:  # the machinery failed: the user's function with plain autograd
+            result = self.fn(*call)  # (an error of the user's own code propagates from here)
+            self.disable(call, why)
+            return result
 
 
 def symbolic(fn: Callable | None = None, *, max_segment: int = 30, closed_forms: bool = True,
@@ -86,29 +144,68 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 3
     branches run a recording primal without autograd.  Returns one gradient for an int
     ``argnums``, a tuple for a sequence.  Unsupported functions fall back to autograd.
     """
+    if not callable(fn):
+        raise CoarsenInputError(f"coarsen.grad needs a function, got {type(fn).__name__}")
     coarse = fn if isinstance(fn, Coarsened) else Coarsened(fn, max_segment, numba=numba)
-    single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    single = isinstance(argnums, int) and not isinstance(argnums, bool)
+    try:
+        nums = (argnums,) if single else tuple(argnums)
+    except TypeError:
+        raise CoarsenInputError(f"argnums must be an int or a sequence of ints, got {argnums!r}") from None
+    if not nums or not all(isinstance(n, int) and not isinstance(n, bool) for n in nums):
+        raise CoarsenInputError(f"argnums must be an int or a non-empty sequence of ints, got {argnums!r}")
 
-    fast: dict = {}  # signature -> ready-made call (torch; straight-line code, or a Numba-recorded primal)
+    fast: dict = {}  # signature -> (plan, ready-made call) (torch; straight-line code, or a Numba-recorded primal)
 
-    def gradient(*args):
-        ready = fast.get(_fast_key(args)) if fast else None
-        if ready is not None:
-            result = ready(args)
+    def gradient(*args, **kwargs):
+        if kwargs:
+            try:
+                args = coarse.positional(args, kwargs)
+            except CoarsenUnsupported as why:
+                raise CoarsenInputError(f"coarsen.grad: {why}; pass the arguments by position") from None
+        key = _fast_key(args) if fast else None
+        entry = fast.get(key) if key is not None else None
+        if entry is not None and entry[0].current():  # (arguments like these were validated already)
+            result = entry[1](args)
             if result is not _MISS:
                 return result
-        plan = coarse.plan(args)
+        wanted = _check_argnums(args, nums, getattr(coarse.fn, "__name__", "f"))
         backend = _backend(args)
+        plan = coarse.plan(args)
         if plan is not None:
             try:
-                return _symbolic_gradient(coarse, plan, args, nums, single, backend, fast)
-            except (CoarsenUnsupported, NotImplementedError) as why:
+                return _symbolic_gradient(coarse, plan, args, wanted, single, backend, fast)
+            except Exception as why:  # unsupported, or the machinery failed: plain autograd
+                result = _autodiff_gradient(coarse.fn, args, wanted, single, backend)
                 coarse.disable(args, why)
-        return _autodiff_gradient(coarse.fn, args, nums, single, backend)
+                return result
+        return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
 
     gradient.__name__ = f"grad_{getattr(fn, '__name__', 'f')}"
     return gradient
+
+
+def _check_argnums(args: tuple, nums: tuple, name: str) -> tuple:
+    """``argnums`` made non-negative, each naming a floating-point torch tensor or JAX array."""
+    out = []
+    for n in nums:
+        k = n + len(args) if n < 0 else n
+        if not 0 <= k < len(args):
+            raise CoarsenInputError(f"coarsen.grad of {name}: argnums {n} is out of range for a call with "
+                                    f"{len(args)} argument(s); use 0..{len(args) - 1}")
+        a = args[k]
+        module = type(a).__module__.split(".")[0]
+        if module == "numpy":
+            raise CoarsenInputError(f"coarsen.grad of {name}: argument {k} is a NumPy array, which has no autograd; "
+                                    "pass torch.from_numpy(a) or jnp.asarray(a)")
+        if module not in ("torch", "jax", "jaxlib") or not hasattr(a, "dtype"):
+            raise CoarsenInputError(f"coarsen.grad of {name}: argument {k} is a {type(a).__name__}, not a tensor; "
+                                    "gradients are taken with respect to floating-point torch tensors or JAX arrays")
+        if "float" not in str(a.dtype) and "complex" not in str(a.dtype):
+            raise CoarsenInputError(f"coarsen.grad of {name}: argument {k} has dtype {a.dtype}; gradients need a "
+                                    "floating-point tensor (convert it with .double())")
+        out.append(k)
+    return tuple(out)
 
 
 def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend, fast: dict):
@@ -136,31 +233,39 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         with torch.no_grad():
             grads = compiled.fn(*tensors, *params, one)
         out = tuple(fit_gradient(grads[positions[n]], args[n]) for n in nums)
-        if not plan.needs_record and compiled.verified:
-            fast[_fast_key(args)] = _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
+        key = _fast_key(args)
+        if key is None:
+            pass
+        elif not plan.needs_record and compiled.verified:
+            fast[key] = plan, _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
                                                 [(positions[n], n) for n in nums], one, single)
         elif (compiled.verified and isinstance(plan.fast_primal, numba_primal.NumbaPrimal)
               and getattr(compiled.fn, "direct", lambda: None)() is not None):
-            fast[_fast_key(args)] = _ready_recorded_call(plan, wrt, nums, positions, single, args)
+            fast[key] = plan, _ready_recorded_call(plan, wrt, nums, positions, single, args)
     else:
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
     return out[0] if single else out
 
 
+_PLAIN = (int, float, bool, str, type(None))
+
+
 def _fast_key(args: tuple):
-    """A cheaper stand-in for ``signature`` to find ready-made calls (no strings built)."""
+    """A cheaper stand-in for ``signature`` to find ready-made calls (no strings built for tensors);
+    None when an argument's content cannot be keyed (then the general path runs)."""
     key = []
     for a in args:
         shape = getattr(a, "shape", None)
         if shape is not None and hasattr(a, "dtype"):
-            key.append((shape, a.dtype))
+            key.append((shape, a.dtype))  # (ready-made calls refuse tensors off the CPU themselves)
+        elif type(a) in _PLAIN:
+            key.append((type(a), a))
         else:
             try:
-                hash(a)
-                key.append((type(a), a))
-            except TypeError:
-                key.append((type(a), id(a)))
+                key.append(fingerprint(a))
+            except Unkeyable:
+                return None
     return tuple(key)
 
 

@@ -15,7 +15,8 @@ from typing import Callable
 import sympy as sp
 
 from sparsad.coarsen.adjoint import AdjointProgram, _ViewRef
-from sparsad.coarsen.symbolic import Scatter, Sigmoid, Softplus, VSum
+from sparsad.coarsen.symbolic import (GeomSum, GeomSumD, LoopFwd, LoopRev, Pick, Scatter, Sigmoid, Softplus, VSum,
+                                     geom_sum, geom_sum_d)
 
 _FUNCS = {sp.exp: "exp", sp.log: "log", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan", sp.tanh: "tanh",
           sp.sinh: "sinh", sp.cosh: "cosh", sp.asin: "asin", sp.acos: "acos", sp.atan: "atan",
@@ -62,6 +63,13 @@ class Printer:
             return f"_sum({self.p(e.args[0])}, {int(e.args[1])})"
         if isinstance(e, Scatter):
             return f"_scatter_{int(e.args[1])}({self.p(e.args[0])})"
+        if isinstance(e, (GeomSum, GeomSumD)):
+            return f"{self.geom_name(e)}({self.p(e.args[0])}, {self.p(e.args[1])})"
+        if isinstance(e, (LoopFwd, LoopRev)):
+            kind = "fwd" if isinstance(e, LoopFwd) else "rev"
+            return f"_loop_{kind}_{int(e.args[0])}({', '.join(self.p(a) for a in e.args[1:])})"
+        if isinstance(e, Pick):
+            return f"{self.p(e.args[0])}[{int(e.args[1])}]"
         if isinstance(e, sp.log):
             arg = e.args[0]
             if isinstance(arg, sp.Add) and len(arg.args) == 2 and sp.Integer(1) in arg.args:
@@ -97,6 +105,9 @@ class Printer:
             if isinstance(e, cls):
                 return f"{self.fn(name, e)}({', '.join(self.p(a) for a in e.args)})"
         raise NotImplementedError(f"no {self.backend} code for {type(e).__name__}: {e}")
+
+    def geom_name(self, e) -> str:
+        return "_geom" if isinstance(e, GeomSum) else "_geomd"
 
     def fn(self, name: str, e) -> str:
         """Python-number arithmetic (``math``) when ``e`` holds only parameters and constants."""
@@ -171,7 +182,16 @@ def generate_source(program: AdjointProgram, name: str, backend: str) -> str:
     """Python source of ``def name(inputs..., params..., seeds...) -> tuple of gradients``."""
     printer = Printer(backend, set(program.params))
     args = [identifier(s) for s in program.inputs + program.params + program.seeds]
-    lines = [f"def {name}({', '.join(args)}):"]
+    lines = []
+    if program.loops:
+        if backend != "torch":
+            raise NotImplementedError("loops compiled as loops (no closed form) are generated for torch and Numba "
+                                      "only; JAX uses its own autodiff for this function")
+        from sparsad.coarsen import revloop
+        for body in program.loops.values():
+            text, _views = revloop.helper_source(body, revloop.printer_for, "torch")
+            lines.extend(text.splitlines() + [""])
+    lines.append(f"def {name}({', '.join(args)}):")
     for sym, length in program.iotas.items():
         if any(sym in getattr(v, "free_symbols", ()) for _, v in program.statements) or \
                 any(r is not None and sym in r.free_symbols for r in program.results):
@@ -233,8 +253,33 @@ def torch_namespace(program: AdjointProgram, like) -> dict:
             x = torch.tensor(x, dtype=dtype, device=device)
         return torch.clamp(x, min=lo, max=hi)
 
+    def _geom(a, n):
+        if not isinstance(a, torch.Tensor):
+            return geom_sum(float(a), float(n))
+        d = a - 1.0
+        at_one = d == 0
+        safe = torch.where(at_one, torch.ones_like(d), d)
+        positive = a > 0
+        stable = torch.expm1(n * torch.log1p(torch.where(positive, d, torch.zeros_like(d)))) / safe
+        direct = (a ** n - 1.0) / safe
+        return torch.where(at_one, torch.full_like(d, float(n)), torch.where(positive, stable, direct))
+
+    def _geomd(a, n):
+        if not isinstance(a, torch.Tensor):
+            return geom_sum_d(float(a), float(n))
+        d = a - 1.0
+        small = (n * d).abs() < 1e-3
+        series, binom, power = torch.zeros_like(d), n * (n - 1.0) / 2.0, torch.ones_like(d)
+        for k in range(2, 7):
+            series = series + binom * (k - 1) * power
+            binom *= (n - k) / (k + 1.0)
+            power = power * d
+        safe = torch.where(small, torch.ones_like(d), d)
+        return torch.where(small, series, (n * a ** (n - 1.0) - _geom(a, n)) / safe)
+
     zero = torch.zeros((), dtype=dtype, device=device)
     ns = {
+        "_geom": _geom, "_geomd": _geomd,
         "exp": torch.exp, "log": torch.log, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan,
         "tanh": torch.tanh, "sinh": torch.sinh, "cosh": torch.cosh, "asin": torch.asin, "acos": torch.acos,
         "atan": torch.atan, "abs": torch.abs, "sign": torch.sign, "erf": torch.erf, "sigmoid": torch.sigmoid,
@@ -247,6 +292,22 @@ def torch_namespace(program: AdjointProgram, like) -> dict:
     ns.update(_scalar_math())
     for index, (key, shape) in program.views.items():
         ns[f"_scatter_{index}"] = _make_scatter_torch(key, shape, dtype, device)
+    for ident, body in (program.loops or {}).items():
+        for index, (key, shape) in body.adjoint.views.items():
+            ns[f"_scatter_L{ident}_{index}"] = _make_scatter_torch(key, shape, dtype, device)
+
+    def _as_tensor(v):
+        return v if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=dtype, device=device)
+
+    def _add_at(acc, position, value):
+        acc = acc.clone()
+        acc[position] += value
+        return acc
+
+    ns.update(_as_tensor=_as_tensor, _add_at=_add_at,
+              _zeros=lambda shape: torch.zeros(shape, dtype=dtype, device=device),
+              _fit=lambda v, shape: _as_tensor(v) + torch.zeros(shape, dtype=dtype, device=device),
+              _total=lambda v: v.sum())
     return ns
 
 
@@ -267,7 +328,30 @@ def jax_namespace(program: AdjointProgram, dtype) -> dict:
     def _scatter(key, shape):
         return lambda v: jnp.zeros(shape, dtype=dtype).at[key].set(v)
 
+    def _geom(a, n):
+        a = jnp.asarray(a, dtype=dtype)
+        d = a - 1.0
+        at_one = d == 0
+        safe = jnp.where(at_one, 1.0, d)
+        positive = a > 0
+        stable = jnp.expm1(n * jnp.log1p(jnp.where(positive, d, 0.0))) / safe
+        direct = (a ** n - 1.0) / safe
+        return jnp.where(at_one, n * jnp.ones_like(d), jnp.where(positive, stable, direct))
+
+    def _geomd(a, n):
+        a = jnp.asarray(a, dtype=dtype)
+        d = a - 1.0
+        small = jnp.abs(n * d) < 1e-3
+        series, binom, power = jnp.zeros_like(d), n * (n - 1.0) / 2.0, jnp.ones_like(d)
+        for k in range(2, 7):
+            series = series + binom * (k - 1) * power
+            binom = binom * (n - k) / (k + 1.0)
+            power = power * d
+        safe = jnp.where(small, 1.0, d)
+        return jnp.where(small, series, (n * a ** (n - 1.0) - _geom(a, n)) / safe)
+
     ns = {
+        "_geom": _geom, "_geomd": _geomd,
         "exp": jnp.exp, "log": jnp.log, "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "tanh": jnp.tanh,
         "sinh": jnp.sinh, "cosh": jnp.cosh, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
         "abs": jnp.abs, "sign": jnp.sign, "erf": jax.scipy.special.erf, "sigmoid": jax.nn.sigmoid,

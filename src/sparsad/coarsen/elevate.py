@@ -22,7 +22,7 @@ from sparsad.coarsen.frontend import CoarsenUnsupported
 from sparsad.coarsen.phi import LoopSpec, NoClosedForm, solve
 from sparsad.coarsen.record import Record
 from sparsad.coarsen.soi import choose_cut, use_counts
-from sparsad.coarsen.symbolic import VSum, Sigmoid, Softplus, hoist_sum, real_symbol, stabilize, tree_size
+from sparsad.coarsen.symbolic import VSum, Sigmoid, Softplus, hoist_sum, real_symbol, shape_of, stabilize, tree_size
 
 
 @dataclass
@@ -55,6 +55,7 @@ class Elevation:
     iotas: dict                # symbol -> length
     assumptions: list          # (kind, key, value) record facts the elevation depends on
     notes: list[str] = field(default_factory=list)
+    loops: dict = field(default_factory=dict)   # id -> revloop.LoopBody (loops compiled as loops)
 
     def segment(self, sym) -> Segment | None:
         for seg in self.segments:
@@ -88,6 +89,29 @@ _BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a
            "le": sp.LessThan, "eq": sp.Eq, "ne": sp.Ne}
 
 
+UNROLL_BUDGET = 400   # SSA operations unrolled per elevation (iterations x body size) before giving up
+UNROLL_SHORT = 400    # a loop without closed form this small (iterations x body size) is unrolled, not looped
+UNROLL_SHORT_TRIPS = 12  # ... and with at most this many iterations (expressions grow with every one)
+
+
+def body_size(loop: ssa.Loop) -> int:
+    """SSA operations of one iteration of ``loop`` (nested loops counted with their static trip counts)."""
+    seen: set = set()
+    total = 0
+    stack = list(ssa.body_nodes(loop))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ssa.Loop):
+            total += body_size(node) * (node.trip if node.trip is not None else 1)
+        elif isinstance(node, (ssa.Op, ssa.Reduce, ssa.Phi)):
+            total += 1
+        stack.extend(ssa.children(node))
+    return max(total, 1)
+
+
 class Elevator:
     def __init__(self, graph: ssa.Graph, record: Record | None, max_segment: int = 30,
                  closed_forms: bool = True, symbolic_trips: bool = True):
@@ -105,6 +129,9 @@ class Elevator:
         self.sizes: dict = {}
         self.uses = use_counts(graph)
         self.counter = 0
+        self.unrolled = 0   # operations unrolled so far (bounded by UNROLL_BUDGET)
+        self.loop_bodies: dict = {}
+        self.reverse_loops = True
         self.carried_syms: set = set()
         self.deps: dict = {}
         self.inputs = []
@@ -259,12 +286,14 @@ class Elevator:
             base = self.bind(base, node.base.shape)
         where = ctx.index[node.site]
         if isinstance(where, int):
-            position = where + node.offset
+            position = node.stride * where + node.offset
             if not -node.base.shape[0] <= position < node.base.shape[0]:
                 raise CoarsenUnsupported(f"index {position} out of range for length {node.base.shape[0]}")
             return self.view(base, position, node.shape)
         if node.shape != ():
             raise NoClosedForm("loop-indexed rows of a matrix are not vectorised")
+        if node.stride != 1:
+            raise NoClosedForm("an index running backwards (x[n - 1 - i]) is not vectorised")
         _counter, elements = where
         for elem, (b, off) in elements.items():
             if b == base and off == node.offset:
@@ -288,7 +317,51 @@ class Elevator:
                                   "unrolled with the recorded trip count (C9)")
         if ctx.analysis:
             raise NoClosedForm("nested loop without a closed form")
+        short = loop.trip is not None and loop.trip <= UNROLL_SHORT_TRIPS and loop.trip * body_size(loop) <= UNROLL_SHORT
+        if self.reverse_loops and ctx.mode == "top" and not ctx.path and not short:
+            from sparsad.coarsen import revloop
+            why = revloop.eligible(loop)
+            if why is None:
+                try:
+                    return self._compiled_loop(loop, ctx, inits)
+                except (revloop.NotReversible, CoarsenUnsupported, NotImplementedError) as exc:
+                    why = str(exc)
+            self.notes.append(f"loop at line {loop.site[0]}: not a compiled loop ({why})")
         return self._unroll(loop, ctx, inits)
+
+    def _compiled_loop(self, loop: ssa.Loop, ctx: _Ctx, inits):
+        """The loop as generated forward/reverse loops over one symbolic iteration (``revloop``)."""
+        from sparsad.coarsen import revloop
+        from sparsad.coarsen.symbolic import LoopFwd, Pick
+
+        ident = len(self.loop_bodies)
+        body = revloop.build(self, loop, ctx, ident)
+        n, _ = self._trips(loop, ctx, True)
+        values = []
+        for init in inits:
+            if init is None:
+                values.append(sp.Integer(0))
+            elif init.free_symbols:
+                values.append(self.bind(init, shape_of(init, self.shapes)))
+            else:
+                values.append(init)
+        body.init_shapes = [tuple(shape_of(v, self.shapes)) for v in values]
+        for init_shape, shape in zip(body.init_shapes, body.carried_shapes):
+            if init_shape != shape and init_shape != ():
+                raise revloop.NotReversible(f"an initial value of shape {init_shape} broadcast to {shape}")
+        call = LoopFwd(sp.Integer(ident), *values, *body.invariants, n)
+        exits = []
+        for k, shape in enumerate(body.carried_shapes):
+            sym = self.fresh(f"{loop.names[k]}_exit", shape)
+            self.segments.append(Segment(sym, Pick(call, sp.Integer(k), *[sp.Integer(d) for d in shape]), shape,
+                                         "value"))
+            exits.append(sym)
+        body.exit_syms = exits
+        self.loop_bodies[ident] = body
+        self.notes.append(f"loop at line {loop.site[0]} ({loop.kind}, trips {n}): no closed form; compiled as a "
+                          f"loop: one symbolic iteration ({len(body.forward)} segments) and its adjoint, run "
+                          "forward then in reverse (compile time independent of the trip count)")
+        return exits
 
     def _trips(self, loop: ssa.Loop, ctx: _Ctx, symbolic: bool):
         """(completed iterations, broke) as symbols (closed forms) or recorded values (unrolling)."""
@@ -340,7 +413,8 @@ class Elevator:
             return self.view(base, position + off, ())
 
         spec = LoopSpec(placeholders, inits, updates, before, n, broke, counter, loop.start, elements,
-                        view_slice, view_item, self.iota, self.vsum)
+                        view_slice, view_item, self.iota, self.vsum,
+                        lambda e: shape_of(e, self.shapes) == ())
         exits, notes = solve(spec)
         self.notes.append(f"loop at line {loop.site[0]} ({loop.kind}, trips {n}): closed form by φ-calculus")
         for k, (name, value) in enumerate(zip(loop.names, exits)):
@@ -359,6 +433,13 @@ class Elevator:
     def _unroll(self, loop: ssa.Loop, ctx: _Ctx, inits):
         n, broke = self._trips(loop, ctx, symbolic=False)
         n = int(n)
+        self.unrolled += n * body_size(loop)
+        if self.unrolled > UNROLL_BUDGET:
+            about = [note for note in self.notes if note.startswith(f"loop at line {loop.site[0]}: ")]
+            why = "; ".join(note.split(": ", 1)[1] for note in about[-2:]) or "no closed form"
+            raise CoarsenUnsupported(
+                f"line {loop.site[0]}: {why}; unrolling its {n} iterations would "
+                f"take {self.unrolled} symbolic operations (budget {UNROLL_BUDGET}), so plain autograd is used")
         state = list(inits)
         for it in range(n):
             index = {loop.site: loop.start + it} if loop.kind == "for" else {}
@@ -382,7 +463,7 @@ class Elevator:
         segments, outputs = split_reductions(self.segments, outputs, self)
         params = list(self.params.values())
         return Elevation(self.inputs, segments, outputs, self.shapes, params, dict(self.iotas),
-                         self.assumptions, self.notes)
+                         self.assumptions, self.notes, dict(self.loop_bodies))
 
 
 def split_reductions(segments: list[Segment], outputs: list[sp.Expr], elev: Elevator):

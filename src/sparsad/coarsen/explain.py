@@ -20,8 +20,8 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
     lines = [f"coarsening of {name} (SOI size limit L = {limit})"]
     try:
         plan = build_plan(coarse.fn, example_args, limit, coarse.closed_forms)
-    except CoarsenUnsupported as why:
-        text = f"{lines[0]}\n  not coarsened, plain autograd is used: {why}"
+    except Exception as why:  # the route is plain autograd: say why, with the line
+        text = f"{lines[0]}\n  not coarsened, plain autograd is used: {_reason(coarse.fn, why)}"
         if print_it:
             print(text)
         return text
@@ -53,7 +53,14 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
             _, record = plan.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in example_args])
     else:
         _, record = plan.run(*example_args)
-    elev = plan.elevation(record)
+    try:
+        elev = plan.elevation(record)
+    except Exception as why:
+        lines.append(f"not coarsened, plain autograd is used: {_reason(coarse.fn, why)}")
+        text = "\n".join(lines)
+        if print_it:
+            print(text)
+        return text
     lines.append("closed forms and loop handling:")
     lines.extend("  " + n for n in elev.notes) if elev.notes else lines.append("  (no traced loops)")
     if elev.params:
@@ -77,9 +84,22 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
                      if backend == "torch" and coarse.numba else backend)
             lines.append(f"generated adjoint ({where}):")
             lines.extend("  " + line for line in compiled.source.rstrip().splitlines())
-        except (CoarsenUnsupported, NotImplementedError) as why:
-            lines.append(f"no adjoint: {why}")
+        except Exception as why:
+            lines.append(f"no adjoint, plain autograd is used: {_reason(coarse.fn, why)}")
     text = "\n".join(lines)
     if print_it:
         print(text)
     return text
+
+
+def _reason(fn: Callable, why: Exception) -> str:
+    """``file:line: message`` (the line the message names, else the function's first line)."""
+    import re
+
+    text = str(why).splitlines()[0] if str(why) else type(why).__name__
+    if not isinstance(why, (CoarsenUnsupported, NotImplementedError)):
+        text = f"internal error {type(why).__name__}: {text}"
+    code = getattr(fn, "__code__", None)
+    match = re.match(r"line (\d+): ", text)
+    line = int(match.group(1)) if match else (code.co_firstlineno if code is not None else 0)
+    return f"{code.co_filename if code is not None else '?'}:{line}: {text[match.end():] if match else text}"

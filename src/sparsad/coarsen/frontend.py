@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import inspect
 import math
-import textwrap
+import types
 from typing import Any, Callable
 
 import numpy as np
 
 from sparsad.coarsen import ssa
-from sparsad.errors import UnsupportedError
-
-
-class CoarsenUnsupported(UnsupportedError):
-    """The function uses a construct coarsening cannot differentiate symbolically."""
+from sparsad.coarsen.source import CoarsenUnsupported, function_ast
 
 
 class _Dynamic:
@@ -38,6 +35,22 @@ class _Dynamic:
 
 DYNAMIC = _Dynamic()
 
+
+class DynamicInTensorMath(CoarsenUnsupported):
+    """A Python value that changes inside a loop meets a tensor; ``names`` are the variables involved."""
+
+    def __init__(self, message: str, names: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.names = names
+
+
+INLINE_DEPTH = 8      # nested user helper functions inlined while tracing
+STATIC_UNROLL = 64    # iterations of a non-range (or non-unit step) loop unrolled while tracing
+_CONSTRUCTORS_LIKE = {"zeros_like": 0.0, "ones_like": 1.0, "full_like": None, "empty_like": 0.0}
+_CONSTRUCTORS = {"zeros", "ones", "full", "tensor", "as_tensor", "asarray", "array", "arange", "linspace",
+                 "empty", "eye", "scalar_tensor"}
+_IDENTITY_METHODS = {"double", "float", "to", "type_as", "requires_grad_", "cpu"}
+
 UNARY = {"exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "abs", "sigmoid", "softplus", "relu",
          "log1p", "expm1", "square", "neg", "sinh", "cosh", "asin", "acos", "atan", "erf", "sign"}
 BINARY = {"add", "sub", "mul", "div", "pow", "maximum", "minimum"}
@@ -48,21 +61,6 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.
 _CMPOPS = {ast.Gt: "gt", ast.GtE: "ge", ast.Lt: "lt", ast.LtE: "le", ast.Eq: "eq", ast.NotEq: "ne"}
 _PYCMP = {"gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b,
           "le": lambda a, b: a <= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
-
-
-def function_ast(fn: Callable) -> tuple[ast.FunctionDef, int]:
-    """The ``FunctionDef`` of ``fn`` with line numbers of its source file."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as exc:
-        raise CoarsenUnsupported(f"the source of {getattr(fn, '__name__', fn)!r} is not available") from exc
-    tree = ast.parse(source)
-    first = inspect.getsourcelines(fn)[1]
-    ast.increment_lineno(tree, first - 1)
-    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef,))]
-    if not defs:
-        raise CoarsenUnsupported(f"{fn!r} is not a plain `def` function")
-    return defs[0], first
 
 
 def site_of(node: ast.AST) -> ssa.Site:
@@ -102,12 +100,15 @@ class _Return(Exception):
 class Tracer:
     """Walks a function body, building SSA nodes.  ``trace`` is the entry point."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, dtype=None, device=None):
+        from sparsad.coarsen.guards import Guards
+
         self.fn = fn
-        self.globals = dict(fn.__globals__)
-        if fn.__closure__:
-            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-                self.globals[name] = cell.cell_contents
+        self.fn_stack: list[Callable] = [fn]   # the function whose names are being read (helpers inlined)
+        self.guards = Guards()
+        self.dtype, self.device = dtype, device
+        self.line = getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
+        self.inlining = 0   # > 0 while tracing the body of an inlined helper
         self.loops: list[ssa.Loop] = []
         self.branch_sites: list[ssa.Site] = []
         self.loop_stack: list = []
@@ -130,15 +131,28 @@ class Tracer:
         if isinstance(value, ssa.Node):
             return value
         if value is DYNAMIC:
-            raise CoarsenUnsupported("a Python value that changes inside a loop is used in tensor arithmetic")
+            raise DynamicInTensorMath("a Python value that changes inside a loop is used in tensor arithmetic")
         if isinstance(value, (bool, int, float, np.floating, np.integer)):
             return ssa.Const((), float(value))
-        raise CoarsenUnsupported(f"value {value!r} of type {type(value).__name__} cannot enter tensor arithmetic")
+        array = _constant_array(value)
+        if array is not None:
+            if array.size == 0 or not np.issubdtype(array.dtype, np.number) and array.dtype != bool:
+                raise CoarsenUnsupported(f"line {self.line}: an empty or non-numeric constant tensor")
+            flat = array.reshape(-1).astype(np.float64)
+            if np.all(flat == flat[0]) and not np.isnan(flat[0]):
+                return ssa.Const(tuple(int(d) for d in array.shape), float(flat[0]))
+            raise CoarsenUnsupported(f"line {self.line}: a constant tensor with different entries enters "
+                                     "tensor arithmetic (pass it as an argument)")
+        if isinstance(value, (list, tuple)) and any(isinstance(v, ssa.Node) for v in value):
+            raise CoarsenUnsupported(f"line {self.line}: a list or tuple of traced tensors used as a tensor "
+                                     "(stack/cat/tensor of traced values are not supported)")
+        raise CoarsenUnsupported(f"line {self.line}: value {_short(value)} of type {type(value).__name__} "
+                                 "cannot enter tensor arithmetic")
 
     def op(self, name: str, *args) -> Any:
         if any(a is DYNAMIC for a in args):
             if any(isinstance(a, ssa.Node) for a in args):
-                raise CoarsenUnsupported("a Python value that changes inside a loop is used in tensor arithmetic")
+                raise DynamicInTensorMath("a Python value that changes inside a loop is used in tensor arithmetic")
             return DYNAMIC
         if not any(isinstance(a, ssa.Node) for a in args):
             return _static_apply(name, args)
@@ -158,16 +172,73 @@ class Tracer:
     def ev_Name(self, node, env):
         if node.id in env:
             return env[node.id]
-        if node.id in self.globals:
-            return self.globals[node.id]
-        if hasattr(builtins, node.id):
-            return getattr(builtins, node.id)
-        raise CoarsenUnsupported(f"line {node.lineno}: name {node.id!r} is not defined")
+        return self.lookup(node.id, node.lineno)
+
+    def lookup(self, name: str, line: int):
+        """A closure cell, module global or builtin of the function being traced, guarded for later calls."""
+        from sparsad.coarsen.guards import Unkeyable
+
+        fn = self.fn_stack[-1]
+        code = fn.__code__
+        if name in code.co_freevars:
+            cell = fn.__closure__[code.co_freevars.index(name)]
+            try:
+                value = cell.cell_contents
+            except ValueError as exc:
+                raise CoarsenUnsupported(f"line {line}: closure variable {name!r} is not bound yet") from exc
+            reader, where = (lambda: cell.cell_contents), f"closure variable {name!r} of {code.co_name}"
+        elif name in fn.__globals__:
+            module_globals = fn.__globals__
+            value = module_globals[name]
+            reader, where = (lambda: module_globals[name]), f"global {name!r} of {fn.__module__}"
+        elif hasattr(builtins, name):
+            return getattr(builtins, name)
+        else:
+            raise CoarsenUnsupported(f"line {line}: name {name!r} is not defined")
+        try:
+            self.guards.add(where, reader, value)
+        except Unkeyable as why:
+            raise CoarsenUnsupported(f"line {line}: {where} is {why}; its content cannot be checked between "
+                                     "calls (pass it as an argument)") from None
+        return value
 
     def ev_Tuple(self, node, env):
         return tuple(self.ev(e, env) for e in node.elts)
 
     ev_List = ev_Tuple
+
+    def ev_ListComp(self, node, env):
+        """``[expr for i in range(n) if ...]`` over static iterables: unrolled while tracing (kept short)."""
+        items: list = []
+
+        def walk(k, scope):
+            if k == len(node.generators):
+                items.append(self.ev(node.elt, scope))
+                return
+            gen = node.generators[k]
+            if gen.is_async:
+                raise CoarsenUnsupported(f"line {node.lineno}: async comprehension")
+            iterable = self.ev(gen.iter, scope)
+            if isinstance(iterable, ssa.Node):
+                iterable = self.rows(iterable, node)
+            if iterable is DYNAMIC:
+                raise CoarsenUnsupported(f"line {node.lineno}: a comprehension over a value that changes inside a loop")
+            for count, item in enumerate(iterable):
+                if count >= STATIC_UNROLL * 16:
+                    raise CoarsenUnsupported(f"line {node.lineno}: a comprehension of more than "
+                                             f"{STATIC_UNROLL * 16} items")
+                inner = dict(scope)
+                self.bind(gen.target, item, inner)
+                tests = [self.ev(t, inner) for t in gen.ifs]
+                if any(isinstance(t, ssa.Node) or t is DYNAMIC for t in tests):
+                    raise CoarsenUnsupported(f"line {node.lineno}: a comprehension filtered on a traced value")
+                if all(tests):
+                    walk(k + 1, inner)
+
+        walk(0, env)
+        return items
+
+    ev_GeneratorExp = ev_ListComp
 
     def ev_BinOp(self, node, env):
         left, right = self.ev(node.left, env), self.ev(node.right, env)
@@ -221,6 +292,10 @@ class Tracer:
         if isinstance(base, ssa.Node):
             if node.attr == "shape":
                 return base.shape
+            if node.attr == "dtype" and self.dtype is not None:
+                return self.dtype
+            if node.attr == "device" and self.device is not None:
+                return self.device
             if node.attr in ("T",) and len(base.shape) <= 1:
                 return base
             if node.attr == "ndim":
@@ -229,9 +304,19 @@ class Tracer:
         if base is DYNAMIC:
             return DYNAMIC
         try:
-            return getattr(base, node.attr)
+            value = getattr(base, node.attr)
         except AttributeError as exc:
             raise CoarsenUnsupported(f"line {node.lineno}: no attribute {node.attr!r}") from exc
+        if isinstance(base, (type, types.ModuleType)) and not isinstance(value, _CODE_LIKE):
+            # module and class attributes are data the plan depends on: re-read at every call
+            from sparsad.coarsen.guards import Unkeyable
+            name = f"{getattr(base, '__name__', '?')}.{node.attr}"
+            try:
+                self.guards.add(f"attribute {name}", lambda: getattr(base, node.attr), value)
+            except Unkeyable as why:
+                raise CoarsenUnsupported(f"line {node.lineno}: {name} is {why}; its content cannot be checked "
+                                         "between calls") from None
+        return value
 
     def ev_Subscript(self, node, env):
         base = self.ev(node.value, env)
@@ -239,17 +324,31 @@ class Tracer:
         if not isinstance(base, ssa.Node):
             if base is DYNAMIC or key is DYNAMIC:
                 return DYNAMIC
-            return base[key]
+            if isinstance(key, (ssa.Node, _IndexVar)) or _holds_node(key):
+                raise CoarsenUnsupported(f"line {node.lineno}: a Python list/tuple or constant indexed by a loop "
+                                         "counter or a traced value (make it a tensor argument)")
+            try:
+                return base[key]
+            except (IndexError, KeyError, TypeError) as exc:
+                raise CoarsenUnsupported(f"line {node.lineno}: indexing failed while tracing: {exc}") from exc
         if isinstance(key, _IndexVar):
             if len(base.shape) < 1:
                 raise CoarsenUnsupported(f"line {node.lineno}: indexing a scalar")
-            return ssa.Index(base.shape[1:], base, key.site, key.offset)
+            if not -base.shape[0] <= key.offset + key.stride * key.first <= base.shape[0] - 1:
+                raise CoarsenUnsupported(f"line {node.lineno}: index out of range at the loop's first iteration")
+            return ssa.Index(base.shape[1:], base, key.site, key.offset, key.stride)
         if key is DYNAMIC or isinstance(key, ssa.Node):
             raise CoarsenUnsupported(f"line {node.lineno}: indexing with a value unknown when tracing")
+        if _holds_node(key) or any(isinstance(k, slice) and k.step is not None and k.step < 0
+                                   for k in (key if isinstance(key, tuple) else (key,))):
+            raise CoarsenUnsupported(f"line {node.lineno}: index {_short(key)} (traced values or negative steps "
+                                     "in a subscript) is not supported")
         try:
             shape = tuple(np.empty(base.shape, dtype=np.int8)[key].shape)
-        except (IndexError, TypeError) as exc:
-            raise CoarsenUnsupported(f"line {node.lineno}: index {key!r} is not a static int/slice index") from exc
+        except (IndexError, TypeError, ValueError) as exc:
+            raise CoarsenUnsupported(f"line {node.lineno}: index {_short(key)} is not a static int/slice index") from exc
+        if 0 in shape:
+            raise CoarsenUnsupported(f"line {node.lineno}: an empty slice")
         return ssa.View(shape, base, key)
 
     def ev_key(self, node, env):
@@ -264,44 +363,129 @@ class Tracer:
                 return DYNAMIC
             return parts
         value = self.ev(node, env)
-        if isinstance(value, ssa.LoopIndex):
-            return _IndexVar(value.site, 0)
-        if isinstance(value, ssa.Op) and value.op in ("add", "sub"):
-            a, b = value.args
-            if isinstance(a, ssa.LoopIndex) and isinstance(b, ssa.Const) and float(b.value).is_integer():
-                return _IndexVar(a.site, int(b.value) * (1 if value.op == "add" else -1))
+        affine = _affine_in_counter(value)
+        if affine is not None:
+            counter, stride, offset = affine
+            if stride in (1, -1):
+                return _IndexVar(counter.site, offset, stride, counter.start)
         return value
 
     def ev_Call(self, node, env):
         if node.keywords and any(k.arg is None for k in node.keywords):
             raise CoarsenUnsupported(f"line {node.lineno}: **kwargs in calls")
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise CoarsenUnsupported(f"line {node.lineno}: *args in calls")
         func = self.ev(node.func, env)
         args = [self.ev(a, env) for a in node.args]
         kwargs = {k.arg: self.ev(k.value, env) for k in node.keywords}
         if isinstance(func, _BoundMethod):
             return self.call_method(func, args, kwargs, node)
+        values = args + list(kwargs.values())
+        traced = any(isinstance(a, ssa.Node) for a in values)
+        nested = not traced and any(_holds_node(a) for a in values)
+        if _is_user_function(func):
+            return self.inline(func, args, kwargs, node)
         name = _tensor_function_name(func)
-        if name is not None and (any(isinstance(a, ssa.Node) for a in args + list(kwargs.values()))
-                                 or name in ("sum", "mean", "where", "dot")):
+        if name is not None and (traced or nested or name in ("sum", "mean", "where", "dot")):
             return self.call_named(name, args, kwargs, node)
-        if any(isinstance(a, ssa.Node) for a in args + list(kwargs.values())):
-            if func in (builtins.abs,):
-                return self.op("abs", args[0])
-            if func in (builtins.max, builtins.min) and len(args) == 2:
-                return self.op("maximum" if func is builtins.max else "minimum", *args)
-            if func is builtins.sum and len(args) == 1 and isinstance(args[0], ssa.Node):
-                return self.reduce(args[0])
-            if func is builtins.len and isinstance(args[0], ssa.Node):
-                return args[0].shape[0]
-            if func is builtins.float and isinstance(args[0], ssa.Node):
-                raise CoarsenUnsupported(f"line {node.lineno}: float() of a traced tensor leaves the graph")
-            fname = getattr(func, "__name__", repr(func))
-            raise CoarsenUnsupported(f"line {node.lineno}: call to {fname}() on traced tensors is not supported")
-        if any(a is DYNAMIC for a in args + list(kwargs.values())):
+        if name in _CONSTRUCTORS and not any(a is DYNAMIC for a in values):
+            try:
+                return self.const(func(*args, **kwargs))  # a constant tensor: real dtype and device args
+            except CoarsenUnsupported:
+                raise
+            except Exception as exc:
+                raise CoarsenUnsupported(f"line {node.lineno}: {name}() failed while tracing: {exc}") from exc
+        if traced or nested:
+            return self.call_builtin(func, args, kwargs, node)
+        if any(a is DYNAMIC for a in values):
             return DYNAMIC
         if func is builtins.range:
             return range(*args)
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            fname = getattr(func, "__name__", type(func).__name__)
+            raise CoarsenUnsupported(f"line {node.lineno}: calling {fname}() while tracing failed: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+
+    def call_builtin(self, func, args, kwargs, node):
+        """Python builtins applied to traced tensors (or lists of them)."""
+        if func is builtins.abs and len(args) == 1:
+            return self.op("abs", args[0])
+        if func in (builtins.max, builtins.min) and len(args) == 2:
+            return self.op("maximum" if func is builtins.max else "minimum", *args)
+        if func is builtins.sum and len(args) in (1, 2):
+            items = args[0]
+            if isinstance(items, ssa.Node):
+                if len(items.shape) != 1:
+                    raise CoarsenUnsupported(f"line {node.lineno}: sum() over the rows of a matrix")
+                total = self.reduce(items)
+                return total if len(args) == 1 else self.op("add", total, args[1])
+            total = args[1] if len(args) == 2 else 0
+            for item in items:
+                total = self.op("add", total, item)
+            return total
+        if func is builtins.len and isinstance(args[0], ssa.Node):
+            return args[0].shape[0]
+        if func is builtins.range and not kwargs and len(args) in (1, 2) and isinstance(args[-1], ssa.Node):
+            start = args[0] if len(args) == 2 else 0
+            if isinstance(start, int) and _is_constant_node(args[-1]) and args[-1].shape == ():
+                return _TracedRange(start)  # `range(i)` with `i` an outer counter: the trip count is recorded
+            raise CoarsenUnsupported(f"line {node.lineno}: range() bounds must be Python ints or `range(start, i)` "
+                                     "with `i` an enclosing loop's counter")
+        if func in (builtins.float, builtins.int) and len(args) == 1 and isinstance(args[0], ssa.Node):
+            if _is_constant_node(args[0]):
+                return args[0]  # a loop counter or a constant: no gradient flows either way
+            raise CoarsenUnsupported(f"line {node.lineno}: {func.__name__}() of a traced tensor leaves the graph "
+                                     "(its gradient would be lost)")
+        if func in (builtins.zip, builtins.enumerate, builtins.reversed, builtins.list, builtins.tuple,
+                    builtins.iter):
+            parts = [self.rows(a, node) if isinstance(a, ssa.Node) else a for a in args]
+            if any(a is DYNAMIC for a in parts):
+                return DYNAMIC
+            return func(*parts, **kwargs)
+        fname = getattr(func, "__name__", repr(func))
+        raise CoarsenUnsupported(f"line {node.lineno}: call to {fname}() on traced tensors is not supported")
+
+    def rows(self, value: ssa.Node, node) -> tuple:
+        """A traced tensor iterated over: its rows, as views (unrolled while tracing, so kept short)."""
+        if not value.shape:
+            raise CoarsenUnsupported(f"line {node.lineno}: iterating over a 0-d tensor")
+        if value.shape[0] > STATIC_UNROLL:
+            raise CoarsenUnsupported(f"line {node.lineno}: iterating over the {value.shape[0]} rows of a traced "
+                                     f"tensor (more than {STATIC_UNROLL}; index it with range(len(x)))")
+        return tuple(ssa.View(value.shape[1:], value, i) for i in range(value.shape[0]))
+
+    def inline(self, func, args, kwargs, node):
+        """A user helper function: its body is traced in place (its names read from its own scope)."""
+        if len(self.fn_stack) > INLINE_DEPTH:
+            raise CoarsenUnsupported(f"line {node.lineno}: helper functions nested deeper than {INLINE_DEPTH} "
+                                     f"(recursion in {func.__name__}?)")
+        try:
+            fdef, _ = function_ast(func)
+        except CoarsenUnsupported as why:
+            raise CoarsenUnsupported(f"line {node.lineno}: helper {func.__name__}() cannot be inlined: {why}") from None
+        try:
+            bound = inspect.signature(func).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CoarsenUnsupported(f"line {node.lineno}: calling {func.__name__}(): {exc}") from exc
+        bound.apply_defaults()
+        params = fdef.args
+        if params.vararg or params.kwarg:
+            raise CoarsenUnsupported(f"line {node.lineno}: helper {func.__name__}() takes *args/**kwargs")
+        self.guards.add(f"helper function {func.__module__}.{func.__qualname__}",
+                        lambda: func.__code__, func.__code__)
+        env = dict(bound.arguments)
+        self.fn_stack.append(func)
+        self.inlining += 1
+        try:
+            self.run(fdef.body, env)
+        except _Return as ret:
+            return ret.value
+        finally:
+            self.fn_stack.pop()
+            self.inlining -= 1
+        return None
 
     def reduce(self, value):
         value = self.const(value)
@@ -310,6 +494,18 @@ class Tracer:
         return ssa.Reduce((), value)
 
     def call_named(self, name: str, args, kwargs, node):
+        if name in _CONSTRUCTORS_LIKE and args and isinstance(args[0], ssa.Node):
+            fill = _CONSTRUCTORS_LIKE[name]
+            if fill is None:
+                fill = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
+            if isinstance(fill, ssa.Node) or fill is DYNAMIC or fill is None:
+                raise CoarsenUnsupported(f"line {node.lineno}: {name}() with a traced fill value")
+            return ssa.Const(args[0].shape, float(fill))
+        if name in ("tensor", "as_tensor", "asarray", "array") and args and isinstance(args[0], ssa.Node):
+            return args[0]  # an existing tensor: same values (dtype/device arguments do not change them here)
+        if any(_holds_node(a) for a in args) and not any(isinstance(a, ssa.Node) for a in args):
+            raise CoarsenUnsupported(f"line {node.lineno}: {name}() of a list of traced tensors is not supported "
+                                     "(stack/cat/tensor of traced values)")
         if name in ("sum", "mean"):
             if len(args) != 1 or kwargs.get("dim", kwargs.get("axis")) is not None:
                 raise CoarsenUnsupported(f"line {node.lineno}: {name} over an axis (only full sums are supported)")
@@ -331,7 +527,7 @@ class Tracer:
             if high is not None:
                 value = self.op("minimum", value, high)
             return value
-        if name in UNARY and len(args) == 1:
+        if name in UNARY and len(args) == 1 and not kwargs:
             return self.op(name, args[0])
         if name in BINARY and len(args) == 2:
             return self.op(name, *args)
@@ -343,6 +539,10 @@ class Tracer:
         name = _ALIASES.get(method.name, method.name)
         if name in ("item", "detach", "numpy", "tolist"):
             raise CoarsenUnsupported(f"line {node.lineno}: .{method.name}() leaves the traced graph")
+        if name in _IDENTITY_METHODS and not any(isinstance(a, ssa.Node) for a in args):
+            return method.base  # dtype/device conversions: the traced computation is float64 throughout
+        if name in ("new_zeros", "new_ones", "new_full", "new_tensor", "new_empty") and args:
+            return self.const(_static_constructor(name, args, kwargs, node))
         if name in ("clone", "contiguous", "flatten", "ravel") and not args:
             if name in ("flatten", "ravel") and len(method.base.shape) > 1:
                 raise CoarsenUnsupported(f"line {node.lineno}: .{method.name}() of a matrix")
@@ -363,7 +563,18 @@ class Tracer:
         method = getattr(self, "st_" + type(node).__name__, None)
         if method is None:
             raise CoarsenUnsupported(f"line {node.lineno}: statement {type(node).__name__} is not supported")
-        return method(node, env)
+        self.line = node.lineno
+        try:
+            return method(node, env)
+        except DynamicInTensorMath as why:
+            if why.names:
+                raise
+            names = tuple(sorted({sub.id for sub in ast.walk(node)
+                                  if isinstance(sub, ast.Name) and env.get(sub.id, None) is DYNAMIC}))
+            listed = ", ".join(f"`{n}`" for n in names) or "a value"
+            raise DynamicInTensorMath(
+                f"line {node.lineno}: {listed} (a Python number that changes inside a loop) is used in tensor "
+                f"arithmetic in `{_source_line(node)}`", names) from None
 
     def st_Expr(self, node, env):
         if isinstance(node.value, ast.Constant):
@@ -451,6 +662,9 @@ class Tracer:
                 if isinstance(sub, (ast.Return, ast.Break, ast.Continue)):
                     raise CoarsenUnsupported(f"line {sub.lineno}: {type(sub).__name__.lower()} inside a traced `if` "
                                              "(only `if ...: break` at the top of a loop body is supported)")
+        if self.inlining:
+            raise CoarsenUnsupported(f"line {node.lineno}: an `if` on a traced value inside helper "
+                                     f"{self.fn_stack[-1].__name__}() (inline it by hand or move the `if` out)")
         site = site_of(node)
         if site not in self.branch_sites:
             self.branch_sites.append(site)
@@ -476,9 +690,17 @@ class Tracer:
     def st_For(self, node, env):
         if node.orelse:
             raise CoarsenUnsupported(f"line {node.lineno}: for-else")
+        node = _without_continue(node)
         iterable = self.ev(node.iter, env)
-        if isinstance(iterable, ssa.Node) or iterable is DYNAMIC:
-            raise CoarsenUnsupported(f"line {node.lineno}: iterating over a traced tensor or a dynamic value")
+        if isinstance(iterable, _TracedRange):
+            if not isinstance(node.target, ast.Name):
+                raise CoarsenUnsupported(f"line {node.lineno}: only `for name in range(...)` loops are traced")
+            index = ssa.LoopIndex((), site_of(node), iterable.start)
+            return self._loop(node, env, "for", None, iterable.start, {node.target.id: index})
+        if isinstance(iterable, ssa.Node):
+            iterable = self.rows(iterable, node)
+        if iterable is DYNAMIC:
+            raise CoarsenUnsupported(f"line {node.lineno}: iterating over a value that changes inside a loop")
         if not isinstance(iterable, range):
             env = dict(env)
             for item in iterable:  # a static collection: unroll while tracing
@@ -486,7 +708,14 @@ class Tracer:
                 env = self.run(node.body, env)
             return env
         if iterable.step != 1 or not isinstance(node.target, ast.Name):
-            raise CoarsenUnsupported(f"line {node.lineno}: only `for name in range(start, stop)` loops are traced")
+            if len(iterable) > STATIC_UNROLL:
+                raise CoarsenUnsupported(f"line {node.lineno}: a `for` over {iterable} with more than {STATIC_UNROLL} "
+                                         "iterations (only unit steps become traced loops)")
+            env = dict(env)
+            for item in iterable:  # short: unroll while tracing
+                self.bind(node.target, item, env)
+                env = self.run(node.body, env)
+            return env
         if not self._touches_tensors(node.body, {**env, node.target.id: DYNAMIC}):
             env = dict(env)
             for i in iterable:
@@ -499,6 +728,7 @@ class Tracer:
     def st_While(self, node, env):
         if node.orelse:
             raise CoarsenUnsupported(f"line {node.lineno}: while-else")
+        node = _without_continue(node)
         return self._loop(node, env, "while", None, 0, {})
 
     def _touches_tensors(self, body, env) -> bool:
@@ -510,6 +740,24 @@ class Tracer:
         return any(isinstance(v, ssa.Node) for k, v in probe.items() if k in _assigned_names(body))
 
     def _loop(self, node, env, kind, trip, start, extra):
+        if self.inlining:
+            raise CoarsenUnsupported(f"line {node.lineno}: a loop over traced values inside helper "
+                                     f"{self.fn_stack[-1].__name__}() (write the loop in the decorated function)")
+        promoted: list[str] = []
+        while True:
+            try:
+                return self._loop_once(node, env, kind, trip, start, extra, promoted)
+            except DynamicInTensorMath as why:
+                # state initialised from a Python number (`s = 0.0`) that meets tensors inside the loop:
+                # carry it as a traced scalar from its initial value
+                assigned = _assigned_names(list(node.body))
+                fresh = [n for n in why.names if n in assigned and n not in promoted and n not in extra
+                         and isinstance(env.get(n), (bool, int, float, np.floating, np.integer))]
+                if not fresh:
+                    raise
+                promoted.extend(fresh)
+
+    def _loop_once(self, node, env, kind, trip, start, extra, promoted):
         site = site_of(node)
         body = list(node.body)
         pre, post, break_site = body, [], None
@@ -527,6 +775,7 @@ class Tracer:
                         raise CoarsenUnsupported(f"line {sub.lineno}: {type(sub).__name__.lower()} in a traced loop "
                                                  "(only `if ...: break` at the top level of the body is supported)")
         assigned = [n for n in _assigned_names(body) if n not in extra]
+        env = {**env, **{n: self.const(env[n]) for n in promoted}}
         node_vars = [n for n in assigned if isinstance(env.get(n), ssa.Node)]
         shapes = {n: env[n].shape for n in node_vars}
         for _attempt in range(4):
@@ -593,12 +842,69 @@ class _BoundMethod:
         self.base, self.name = base, name
 
 
+class _TracedRange:
+    """``range(start, stop)`` whose stop is an enclosing loop's counter (trip count recorded per run)."""
+
+    def __init__(self, start: int):
+        self.start = start
+
+
+def _without_continue(loop):
+    """``loop`` with ``if t: A; continue`` + rest of the body rewritten as ``if t: A else: rest``.
+
+    Only a ``continue`` that ends an ``if`` at the top level of the body is rewritten (the meaning
+    is the same); other ``continue``s stay and are refused later.
+    """
+    def rewrite(stmts):
+        for pos, stmt in enumerate(stmts):
+            if (isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Continue)
+                    and not any(isinstance(s, ast.Continue) for b in stmt.body[:-1] for s in ast.walk(b))):
+                rest = rewrite(list(stmts[pos + 1:]))
+                orelse = list(stmt.orelse) + rest
+                new = ast.If(test=stmt.test, body=list(stmt.body[:-1]) or [ast.Pass()], orelse=orelse)
+                ast.copy_location(new, stmt)
+                ast.fix_missing_locations(new)
+                return list(stmts[:pos]) + [new]
+        return list(stmts)
+
+    if not any(isinstance(s, ast.Continue) for s in ast.walk(loop)):
+        return loop
+    new = copy.copy(loop)
+    new.body = rewrite(list(loop.body))
+    return new
+
+
 class _IndexVar:
-    """``i + offset`` inside a subscript, ``i`` a loop counter."""
+    """``stride * i + offset`` inside a subscript, ``i`` a loop counter starting at ``first``."""
 
-    def __init__(self, site, offset):
-        self.site, self.offset = site, offset
+    def __init__(self, site, offset, stride=1, first=0):
+        self.site, self.offset, self.stride, self.first = site, offset, stride, first
 
+
+def _affine_in_counter(value):
+    """(counter, stride, offset) when ``value`` is ``stride * i + offset`` in one loop counter with
+    integer constants (``i``, ``i + 1``, ``n - 1 - i``, ``-i + k``), else None."""
+    if isinstance(value, ssa.LoopIndex):
+        return value, 1, 0
+    if isinstance(value, ssa.Const) and float(value.value).is_integer() and value.shape == ():
+        return None, 0, int(value.value)
+    if not isinstance(value, ssa.Op) or value.op not in ("add", "sub", "neg"):
+        return None
+    parts = [_affine_in_counter(a) for a in value.args]
+    if any(p is None for p in parts):
+        return None
+    if value.op == "neg":
+        counter, stride, offset = parts[0]
+        return (counter, -stride, -offset) if counter is not None else None
+    (ca, sa, oa), (cb, sb, ob) = parts
+    if ca is not None and cb is not None and ca is not cb:
+        return None
+    sign = 1 if value.op == "add" else -1
+    counter = ca if ca is not None else cb
+    stride = sa + sign * sb
+    if counter is None or stride == 0:
+        return None
+    return counter, stride, oa + sign * ob
 
 def _inside_inner_loop(outer: ast.stmt, target: ast.AST) -> bool:
     for node in ast.walk(outer):
@@ -608,6 +914,91 @@ def _inside_inner_loop(outer: ast.stmt, target: ast.AST) -> bool:
     if isinstance(outer, (ast.For, ast.While)):
         return True
     return False
+
+
+_CODE_LIKE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
+_LIBRARIES = ("torch", "jax", "jaxlib", "numpy", "math", "builtins", "sparsad", "scipy", "functools")
+
+
+def _holds_node(value, depth: int = 0) -> bool:
+    """Whether a list/tuple/dict (nested) holds traced tensors."""
+    if isinstance(value, ssa.Node):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, (list, tuple)):
+        return any(_holds_node(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_node(v, depth + 1) for v in value.values())
+    return False
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_constant_node(node: ssa.Node) -> bool:
+    """True for expressions of loop counters and constants only (no value a gradient can flow through)."""
+    if isinstance(node, (ssa.Const, ssa.LoopIndex)):
+        return True
+    if isinstance(node, ssa.Op):
+        return all(_is_constant_node(a) for a in node.args)
+    return False
+
+
+def _is_user_function(func) -> bool:
+    """A plain Python function written by the user (not a library's): traced by inlining."""
+    target = func.__func__ if isinstance(func, types.MethodType) else func
+    if not isinstance(target, types.FunctionType):
+        return False
+    module = (getattr(target, "__module__", None) or "").split(".")[0]
+    return module not in _LIBRARIES
+
+
+def _constant_array(value):
+    """A NumPy copy of a constant torch / NumPy / JAX array, or None for other values."""
+    module = (type(value).__module__ or "").split(".")[0]
+    if module == "torch":
+        import torch
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                raise CoarsenUnsupported("a tensor that requires grad is read from a global, closure or container; "
+                                         "its gradient would be lost (pass it as an argument)")
+            if value.layout != torch.strided:
+                return None
+            return value.detach().cpu().numpy()
+        return None
+    if module == "numpy" and isinstance(value, np.ndarray):
+        return value
+    if module in ("jax", "jaxlib") and hasattr(value, "shape") and hasattr(value, "dtype"):
+        try:
+            return np.asarray(value)
+        except Exception as exc:  # an abstract tracer: not a constant
+            raise CoarsenUnsupported("a JAX tracer from an enclosing transformation is used as a constant") from exc
+    return None
+
+
+def _static_constructor(name: str, args, kwargs, node):
+    """``x.new_zeros(...)`` and friends as a NumPy constant (shape and fill value are static)."""
+    if any(isinstance(a, ssa.Node) or a is DYNAMIC for a in list(args) + list(kwargs.values())):
+        raise CoarsenUnsupported(f"line {node.lineno}: {name}() with traced arguments")
+    if name == "new_tensor":
+        return np.asarray(args[0], dtype=np.float64)
+    fill = {"new_zeros": 0.0, "new_ones": 1.0, "new_empty": 0.0}.get(name)
+    shape_args = args[:-1] if name == "new_full" else args
+    if name == "new_full":
+        fill = args[-1] if len(args) > 1 else kwargs.get("fill_value")
+    shape = shape_args[0] if len(shape_args) == 1 and isinstance(shape_args[0], (tuple, list)) else shape_args
+    return np.full(tuple(int(d) for d in shape), float(fill))
+
+
+def _source_line(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node).splitlines()[0]
+    except Exception:  # unparse of a hand-built node
+        return type(node).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _tensor_function_name(func) -> str | None:
@@ -648,13 +1039,18 @@ def trace(fn: Callable, args: tuple) -> ssa.Graph:
     full = list(args) + defaults[len(defaults) - (len(names) - len(args)):] if len(args) < len(names) else list(args)
     if len(full) != len(names):
         raise CoarsenUnsupported(f"{fn.__name__}: missing arguments")
-    tracer = Tracer(fn)
+    tensors = [v for v in full if _tensor_shape(v) is not None]
+    first = tensors[0] if tensors else None
+    torch_first = first is not None and type(first).__module__.startswith("torch")
+    tracer = Tracer(fn, getattr(first, "dtype", None), first.device if torch_first else None)
     env: dict[str, Any] = {}
     inputs = []
     for position, (name, value) in enumerate(zip(names, full)):
         shape = _tensor_shape(value)
         if shape is None:
             env[name] = value
+        elif 0 in shape:
+            raise CoarsenUnsupported(f"{fn.__name__}: argument {name!r} is an empty tensor (shape {list(shape)})")
         else:
             node = ssa.Input(shape, name, position)
             inputs.append(node)
@@ -671,7 +1067,7 @@ def trace(fn: Callable, args: tuple) -> ssa.Graph:
     if not all(isinstance(o, ssa.Node) for o in outs):
         raise CoarsenUnsupported(f"{fn.__name__}: every returned value must be a traced tensor")
     return ssa.Graph(fn.__name__, tuple(inputs), tuple(outs), tuple_output, tuple(tracer.loops),
-                     tuple(tracer.branch_sites))
+                     tuple(tracer.branch_sites), tracer.guards)
 
 
 def _check_returns(fdef: ast.FunctionDef) -> None:

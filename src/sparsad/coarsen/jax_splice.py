@@ -66,7 +66,7 @@ def apply(coarsened, plan: Plan, args: tuple):
             compiled = plan.adjoint(elev, wrt, "jax", tensors[0])
             params = tuple(jnp.asarray(v) for v in param_values(elev, record))
             state["compiled"] = compiled
-        except (CoarsenUnsupported, NotImplementedError) as why:
+        except Exception as why:  # unsupported, or the machinery failed: jax.vjp of the function
             coarsened.disable(args, why)
             return fallback()
         return out, (tensors, params, None)

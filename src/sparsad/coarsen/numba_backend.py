@@ -14,7 +14,7 @@ import sympy as sp
 
 from sparsad.coarsen.adjoint import AdjointProgram, _ViewRef
 from sparsad.coarsen.codegen import Printer, _key_text, identifier
-from sparsad.coarsen.symbolic import Scatter, VSum, shape_of
+from sparsad.coarsen.symbolic import GeomSum, GeomSumD, Scatter, VSum, shape_of
 
 _NP = {"exp": "np.exp", "log": "np.log", "sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "tanh": "np.tanh",
        "sinh": "np.sinh", "cosh": "np.cosh", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan",
@@ -85,6 +85,9 @@ class NumbaPrinter(Printer):
             return fused if fused is not None else f"np.sum({self.p(body)})"
         if isinstance(e, Scatter):
             return f"_scatter_{int(e.args[1])}({self.p(e.args[0])})"
+        if isinstance(e, (GeomSum, GeomSumD)):
+            name = self.geom_name(e) + ("" if self.scalar(e.args[0]) else "_v")
+            return f"{name}({self.p(e.args[0])}, {self.p(e.args[1])})"
         if isinstance(e, sp.Heaviside):
             arg = e.args[0]
             if self.scalar(arg):
@@ -124,15 +127,61 @@ class NumbaPrinter(Printer):
         return text
 
 
+# (a^n - 1)/(a - 1) and its derivative in a, stable near a = 1 (see symbolic.GeomSum, geom_sum_d)
+_GEOM_SOURCE = """
+def _geom(a, n):
+    d = a - 1.0
+    if d == 0.0:
+        return n * 1.0
+    if a > 0.0:
+        return np.expm1(n * np.log1p(d)) / d
+    return (a ** n - 1.0) / d
+
+def _geomd(a, n):
+    d = a - 1.0
+    if abs(n * d) < 1e-3:
+        total = 0.0
+        binom = n * (n - 1.0) / 2.0
+        power = 1.0
+        for k in range(2, 7):
+            total += binom * (k - 1) * power
+            binom *= (n - k) / (k + 1.0)
+            power *= d
+        return total
+    return (n * a ** (n - 1.0) - _geom(a, n)) / d
+
+def _geom_v(a, n):
+    flat = np.ascontiguousarray(a).ravel()
+    out = np.empty(flat.size)
+    for i in range(flat.size):
+        out[i] = _geom(flat[i], n)
+    return out.reshape(a.shape)
+
+def _geomd_v(a, n):
+    flat = np.ascontiguousarray(a).ravel()
+    out = np.empty(flat.size)
+    for i in range(flat.size):
+        out[i] = _geomd(flat[i], n)
+    return out.reshape(a.shape)
+"""
+
+
 def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int]) -> str:
     """Source of the adjoint (returning only the ``wanted`` gradients) plus its helpers."""
     printer = NumbaPrinter(set(program.params), program.shapes)
     lines = ["def _sigmoid(u):", "    return 1.0 / (1.0 + np.exp(-u))", "",
              "def _softplus(u):", "    return np.maximum(u, 0.0) + np.log1p(np.exp(-np.abs(u)))", "",
-             "def _erf(u):", "    return math.erf(u)", ""]
+             "def _erf(u):", "    return math.erf(u)", ""] + _GEOM_SOURCE.splitlines()
     for index, (key, shape) in program.views.items():
         lines += [f"def _scatter_{index}(v):", f"    out = np.zeros({tuple(shape)!r})",
                   f"    out[{_key_text(key)}] = v", "    return out", ""]
+    for ident, body in (program.loops or {}).items():
+        from sparsad.coarsen import revloop
+        text, views = revloop.helper_source(body, revloop.printer_for, "numba")
+        for helper, (key, shape) in views.items():
+            lines += [f"def {helper}(v):", f"    out = np.zeros({tuple(shape)!r})", f"    out[{_key_text(key)}] = v",
+                      "    return out", ""]
+        lines += text.splitlines() + [""]
     args = [identifier(s) for s in program.inputs + program.params + program.seeds]
     lines.append(f"def {name}({', '.join(args)}):")
     for sym, length in program.iotas.items():
@@ -159,7 +208,8 @@ def compile_numba(program: AdjointProgram, name: str, wanted: list[int]) -> tupl
     exec(compile(source, f"<sparsad.coarsen.numba:{name}>", "exec"), namespace)
     options = dict(nogil=True, error_model="numpy", fastmath=False)
     for key in list(namespace):
-        if key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf"):
+        if key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf") or key.startswith("_geom") \
+                or key.startswith("_loop_"):
             namespace[key] = numba.njit(**options)(namespace[key])
         elif key.startswith("_vsum_"):  # fused sums: strict elements, a reassociable accumulation
             strict = key.endswith("_at")

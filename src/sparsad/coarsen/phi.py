@@ -21,6 +21,7 @@ from typing import Callable
 
 import sympy as sp
 
+from sparsad.coarsen.symbolic import GeomSum, VSum
 
 
 class NoClosedForm(Exception):
@@ -42,6 +43,7 @@ class LoopSpec:
     view_item: Callable                 # (element symbol, index) -> scalar symbol
     iota: Callable                      # length -> the vector 0, 1, ..., length-1
     vsum: Callable                      # (elementwise body, length) -> hoisted sum
+    is_scalar: Callable = lambda e: True  # e has shape () (one value per iteration)
 
 
 def _depends(expr: sp.Expr, symbols) -> set:
@@ -125,8 +127,13 @@ def _self_recurrence(spec: LoopSpec, k: int, u: sp.Expr, index_syms: set, notes:
             if a == 1:
                 notes.append(f"{ck}: C6 with a = 1 (sum of a loop invariant): p + n*b")
                 return lambda m: init + m * b
-            notes.append(f"{ck}: C6 affine recurrence: a^n p + b (a^n - 1)/(a - 1)")
-            return lambda m: a ** m * init + b * (a ** m - 1) / (a - 1)
+            notes.append(f"{ck}: C6 affine recurrence: a^n p + b (a^n - 1)/(a - 1) (evaluated stably near a = 1)")
+            return lambda m: a ** m * init + b * GeomSum(a, m)
+        inner_sums = [s for s in (a.atoms(VSum) | b.atoms(VSum)) if _depends(s, index_syms)]
+        if not spec.is_scalar(b) or not spec.is_scalar(a) or inner_sums:
+            # vectorising over the iterations needs one scalar per iteration: a vector (or a sum over
+            # a vector) that changes with the counter would be confused with the iteration axis
+            raise NoClosedForm(f"the counter-dependent term of {ck} is a vector or a sum")
         notes.append(f"{ck}: C7 with index-dependent b[i]: a^n p + sum_i a^(n-1-i) b[i] (vectorised)")
         return lambda m: _vector_sum(spec, a, b, m, init)
     # C8: d = a * φ^e  (a, e invariant)
@@ -143,7 +150,7 @@ def _self_recurrence(spec: LoopSpec, k: int, u: sp.Expr, index_syms: set, notes:
                 a_part *= factor
         if e is not None and e != 1:
             notes.append(f"{ck}: C8 power recurrence: a^((b^n - 1)/(b - 1)) p^(b^n)")
-            return lambda m: a_part ** ((e ** m - 1) / (e - 1)) * init ** (e ** m)
+            return lambda m: a_part ** GeomSum(e, m) * init ** (e ** m)
     raise NoClosedForm(f"the update of {ck} is neither affine nor a power of itself")
 
 

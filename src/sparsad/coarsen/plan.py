@@ -7,6 +7,7 @@ counts and decisions as run-time parameters, so one compiled adjoint serves ever
 """
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,6 +17,7 @@ from sparsad.coarsen.adjoint import AdjointProgram, differentiate
 from sparsad.coarsen.codegen import compile_source, generate_source, jax_namespace, torch_namespace
 from sparsad.coarsen.elevate import Elevation, elevate
 from sparsad.coarsen.frontend import CoarsenUnsupported, trace
+from sparsad.coarsen.guards import Unkeyable, fingerprint
 from sparsad.coarsen.record import Record, instrument
 
 
@@ -48,6 +50,11 @@ class Plan:
     sites: list = field(default_factory=list)   # the recorded sites (loops, then traced ifs)
     primal_calls: int = 0
     fast_primal: object = None  # NumbaPrimal once compiled and checked; a str saying why not; None: not yet
+
+    def current(self) -> bool:
+        """Whether every global, closure value and attribute the trace read still has its content."""
+        guards = self.graph.guards
+        return guards is None or guards.hold()
 
     @property
     def needs_record(self) -> bool:
@@ -217,18 +224,24 @@ def _holds(record: Record, assumption) -> bool:
 
 
 def signature(args: tuple) -> tuple:
+    """Tensor shapes and dtypes, and the *content* of every other argument (never its identity).
+
+    Raises ``Unkeyable`` for an argument whose content cannot be fingerprinted.
+    """
     sig = []
     for a in args:
         shape = getattr(a, "shape", None)
-        if shape is not None and hasattr(a, "dtype"):
-            sig.append(("T", tuple(shape), str(a.dtype)))
+        if shape is not None and hasattr(a, "dtype") and not _is_numpy_scalar(a):
+            library = type(a).__module__.split(".")[0]
+            sig.append(("T", library, tuple(shape), str(a.dtype), str(a.device) if library == "torch" else ""))
         else:
-            try:
-                hash(a)
-                sig.append(("S", type(a).__name__, a))
-            except TypeError:
-                sig.append(("S", type(a).__name__, id(a)))
+            sig.append(("S", fingerprint(a)))
     return tuple(sig)
+
+
+def _is_numpy_scalar(a) -> bool:
+    import numpy as np
+    return isinstance(a, np.generic)
 
 
 def build_plan(fn: Callable, args: tuple, max_segment: int, closed_forms: bool) -> Plan:
@@ -238,6 +251,16 @@ def build_plan(fn: Callable, args: tuple, max_segment: int, closed_forms: bool) 
 
 
 def fallback_warning(fn: Callable, why: Exception | str) -> None:
+    """One-line warning naming the user's file and line (the warning is attributed to that line)."""
     text = str(why).splitlines()[0] if str(why) else type(why).__name__
-    warnings.warn(f"sparsad.coarsen: {getattr(fn, '__name__', fn)} falls back to plain autograd: {text}",
-                  CoarsenFallbackWarning, stacklevel=4)
+    if isinstance(why, Exception) and not isinstance(why, (CoarsenUnsupported, NotImplementedError)):
+        text = f"internal error {type(why).__name__}: {text} (please report it)"
+    code = getattr(fn, "__code__", None)
+    filename = code.co_filename if code is not None else "<unknown>"
+    match = re.match(r"line (\d+): ", text)
+    line = int(match.group(1)) if match else (code.co_firstlineno if code is not None else 0)
+    text = text[match.end():] if match else text
+    message = (f"sparsad.coarsen: {getattr(fn, '__name__', fn)} falls back to plain autograd: "
+               f"{filename}:{line}: {text}")
+    module = getattr(fn, "__module__", None) or "sparsad.coarsen"
+    warnings.warn_explicit(message, CoarsenFallbackWarning, filename, line, module=module)

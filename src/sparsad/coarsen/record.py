@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ast
 import copy
+import types
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sparsad.coarsen.frontend import function_ast, site_of
+from sparsad.coarsen.frontend import site_of
+from sparsad.coarsen.source import build_function, function_ast
 
 _REC = "__sparsad_record__"
 
@@ -128,19 +130,12 @@ def instrument(fn: Callable, sites) -> Callable[..., tuple[object, Record]]:
     """``fn`` rewritten to return ``(outputs, record)``, recording the traced ``sites``."""
     fdef, _ = function_ast(fn)
     fdef = _Instrument(sites).visit(copy.deepcopy(fdef))
-    module = ast.fix_missing_locations(ast.Module(body=[fdef], type_ignores=[]))
-    code = compile(module, filename=fn.__code__.co_filename, mode="exec")
-    namespace = dict(fn.__globals__)
-    if fn.__closure__:
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-            namespace[name] = cell.cell_contents
-    exec(code, namespace)
-    rewritten = namespace[fdef.name]
-    rewritten.__defaults__ = fn.__defaults__
+    holder = types.CellType()  # the record of the running call (the function reads live globals/closure)
+    rewritten = build_function(fn, fdef, {_REC: holder})
 
     def run(*args):
         record = Record()
-        namespace[_REC] = record
+        holder.cell_contents = record
         return rewritten(*args), record
 
     return run

@@ -64,10 +64,11 @@ class LoopIndex(Node):
 
 @dataclass(frozen=True, eq=False)
 class Index(Node):
-    """``base[i + offset]`` with ``i`` the counter of the loop at ``site`` (1-d base)."""
+    """``base[stride * i + offset]`` with ``i`` the counter of the loop at ``site`` (stride ±1)."""
     base: Node
     site: Site
     offset: int
+    stride: int = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,6 +124,7 @@ class Graph:
     tuple_output: bool
     loops: tuple[Loop, ...] = field(default=())
     branch_sites: tuple[Site, ...] = field(default=())
+    guards: Any = field(default=None, compare=False)   # guards.Guards: values the trace read
 
 
 def children(node: Node) -> tuple[Node, ...]:

@@ -37,7 +37,7 @@ def fit_gradient(value, like: torch.Tensor) -> torch.Tensor:
 class _Splice(torch.autograd.Function):
     @staticmethod
     def forward(ctx, adjoint, params, outputs, *inputs):
-        ctx.adjoint, ctx.params = adjoint, params
+        (ctx.adjoint, ctx.rescue), ctx.params = adjoint, params
         ctx.save_for_backward(*inputs)
         return tuple(outputs)
 
@@ -49,7 +49,10 @@ class _Splice(torch.autograd.Function):
         inputs = ctx.saved_tensors
         if any(g is None for g in cotangents):
             cotangents = [torch.zeros((), dtype=inputs[0].dtype) if g is None else g for g in cotangents]
-        grads = ctx.adjoint(*inputs, *ctx.params, *cotangents)
+        try:
+            grads = ctx.adjoint(*inputs, *ctx.params, *cotangents)
+        except Exception as why:  # the generated adjoint failed: autograd through the user's function
+            grads = ctx.rescue(why, inputs, cotangents)
         needs = ctx.needs_input_grad
         return (None, None, None, *[None if g is None or not needs[3 + i] else fit_gradient(g, inputs[i])
                                     for i, g in enumerate(grads)])
@@ -117,5 +120,19 @@ def apply(coarsened, plan: Plan, args: tuple):
     except (CoarsenUnsupported, NotImplementedError, RecursionError) as why:
         coarsened.disable(args, why)
         return coarsened.fn(*args)
-    result = _Splice.apply(compiled.fn, params, [o.detach() for o in outs], *tensors)
+    def rescue(why, inputs, cotangents):
+        coarsened.disable(args, why)
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(True) for t in inputs]
+            call = list(args)
+            for node, leaf in zip(plan.graph.inputs, leaves):
+                call[node.index] = leaf
+            out = plan.fn(*call)
+            outs_again = out if isinstance(out, tuple) else (out,)
+            pairs = [(o, c) for o, c in zip(outs_again, cotangents) if o.requires_grad]
+            if not pairs:
+                return [None] * len(leaves)
+            return torch.autograd.grad([o for o, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True)
+
+    result = _Splice.apply((compiled.fn, rescue), params, [o.detach() for o in outs], *tensors)
     return result if isinstance(outputs, tuple) else result[0]

@@ -1,0 +1,137 @@
+"""Fingerprints of Python values a plan depends on, checked at every call.
+
+A plan bakes in the values the tracer read: non-tensor arguments, module globals, closure
+cells, attributes of modules and objects, entries of containers.  A plan is reused only while
+every one of them has the fingerprint it had when the plan was built; otherwise a new plan is
+traced.  Fingerprints are by *content* for data (numbers, strings, tuples, lists, dicts, arrays,
+objects' attribute dicts) and by identity only for code-like objects (modules, functions,
+classes), so a fresh list with the same numbers reuses the plan and a mutated one does not.
+
+>>> fingerprint([1.0, 2]) == fingerprint([1.0, 2]), fingerprint([1.0, 2]) == fingerprint([1.0, 3])
+(True, False)
+"""
+from __future__ import annotations
+
+import hashlib
+import types
+from typing import Any, Callable
+
+MAX_ITEMS = 100_000   # elements of a container (or array) worth fingerprinting by content
+MAX_DEPTH = 12
+
+
+class Unkeyable(Exception):
+    """A value whose content cannot be fingerprinted (too large, too deep, or of an opaque type)."""
+
+
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+_CODE_LIKE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
+              types.BuiltinMethodType, types.MethodWrapperType, types.WrapperDescriptorType, types.CodeType)
+
+
+def fingerprint(value: Any, depth: int = 0) -> tuple:
+    """A hashable token equal for equal content (see the module docstring); ``Unkeyable`` if none."""
+    if depth > MAX_DEPTH:
+        raise Unkeyable("nested too deeply")
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind.__name__, repr(value) if kind is float else value)
+    if isinstance(value, types.FunctionType):
+        return ("fn", id(value), id(value.__code__), id(value.__defaults__))
+    if isinstance(value, _CODE_LIKE):
+        return ("id", id(value))
+    if kind in (tuple, list):
+        if len(value) > MAX_ITEMS:
+            raise Unkeyable(f"a {kind.__name__} of {len(value)} items")
+        return (kind.__name__,) + tuple(fingerprint(v, depth + 1) for v in value)
+    if kind is dict:
+        if len(value) > MAX_ITEMS:
+            raise Unkeyable(f"a dict of {len(value)} items")
+        return ("dict",) + tuple((fingerprint(k, depth + 1), fingerprint(v, depth + 1)) for k, v in value.items())
+    if kind in (set, frozenset):
+        return (kind.__name__,) + tuple(sorted((fingerprint(v, depth + 1) for v in value), key=repr))
+    module = (kind.__module__ or "").split(".")[0]
+    if module == "numpy":
+        import numpy as np
+        if isinstance(value, np.generic):
+            return ("np", str(value.dtype), repr(value.item()))
+        if isinstance(value, np.ndarray):
+            return _array_print(value)
+        if isinstance(value, np.dtype):
+            return ("np.dtype", str(value))
+    if module == "torch":
+        import torch
+        if isinstance(value, torch.Tensor):
+            if value.is_sparse or value.layout != torch.strided:
+                raise Unkeyable("a sparse tensor")
+            return _array_print(value.detach().cpu().numpy(), str(value.dtype), str(value.device))
+        if isinstance(value, (torch.dtype, torch.device)):
+            return ("torch", str(value))
+    if module in ("jax", "jaxlib"):
+        import numpy as np
+        try:
+            return _array_print(np.asarray(value), str(getattr(value, "dtype", "")))
+        except Exception as exc:  # a tracer or an abstract value: no content
+            raise Unkeyable(f"a {kind.__name__}") from exc
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict):
+        return ("obj", id(kind), fingerprint(attrs, depth + 1))
+    slots = getattr(kind, "__slots__", None)
+    if slots is not None:
+        names = (slots,) if isinstance(slots, str) else tuple(slots)
+        return ("slots", id(kind)) + tuple(fingerprint(getattr(value, n, None), depth + 1) for n in names)
+    raise Unkeyable(f"a value of type {kind.__name__}")
+
+
+def _array_print(array, *extra) -> tuple:
+    if array.size > MAX_ITEMS:
+        raise Unkeyable(f"an array of {array.size} elements")
+    import numpy as np
+    digest = hashlib.blake2b(np.ascontiguousarray(array).tobytes(), digest_size=16).hexdigest()
+    return ("array", str(array.dtype), tuple(array.shape), digest) + extra
+
+
+class Guards:
+    """Values read while tracing: ``(description, reader, fingerprint)``; ``hold()`` re-reads them."""
+
+    def __init__(self):
+        self.entries: list[tuple[str, Callable[[], Any], tuple]] = []
+        self._seen: set = set()
+        self._identity: list = []   # (reader, object) compared by identity
+        self._content: list = []    # (reader, fingerprint) compared by content
+
+    def add(self, description: str, reader: Callable[[], Any], value: Any) -> None:
+        if description in self._seen:
+            return
+        self._seen.add(description)
+        token = fingerprint(value)
+        self.entries.append((description, reader, token))
+        if token[0] == "id":   # modules, classes, builtins: the same object is all that matters
+            self._identity.append((reader, value))
+        else:
+            self._content.append((reader, token))
+
+    def hold(self) -> bool:
+        """Whether every value read still has its fingerprint (called on every call: kept cheap)."""
+        try:
+            for reader, value in self._identity:
+                if reader() is not value:
+                    return False
+            for reader, token in self._content:
+                if fingerprint(reader()) != token:
+                    return False
+        except Exception:  # the name vanished, or the value became unkeyable
+            return False
+        return True
+
+    def changed(self) -> list[str]:
+        """Descriptions of the values whose fingerprint differs now (for messages and tests)."""
+        out = []
+        for description, reader, token in self.entries:
+            try:
+                same = fingerprint(reader()) == token
+            except Exception:
+                same = False
+            if not same:
+                out.append(description)
+        return out

@@ -1,0 +1,308 @@
+"""Loops without a closed form as compiled loops: one symbolic iteration, a forward and a reverse loop.
+
+Unrolling a loop symbolically costs time in proportion to its trip count (minutes for a few
+hundred steps).  Instead the loop body is elevated and differentiated *once*, as a straight-line
+program from the carried state (and the counter, the loop-invariant values and the elements
+``x[i]`` it reads) to the next state.  The generated code then runs
+
+* ``_loop_fwd_K``: the loop itself, giving the exit state (used where the adjoint needs it);
+* ``_loop_rev_K``: the loop again, storing every state, then the iterations in reverse, each
+  applying the body's adjoint to the state's cotangent and accumulating the invariants' and the
+  read elements' cotangents.
+
+The trip count is an argument (a recorded parameter for ``while`` loops), so one compiled adjoint
+serves every trip count and compile time does not depend on it.  Eligible: a top-level loop whose
+body holds no traced ``if`` and no nested traced loop, reading elements ``x[±i + c]`` of 1-d
+loop-invariant vectors; a ``break`` is not supported here (such loops unroll or fall back).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from sparsad.coarsen import ssa
+from sparsad.coarsen.symbolic import Scatter, real_symbol, stabilize
+
+
+def printer_for(body: LoopBody, backend: str, shapes: dict):
+    """A printer of one iteration's statements: its scatters named per loop, no fused-sum helpers."""
+    from sparsad.coarsen.codegen import Printer
+    from sparsad.coarsen.numba_backend import NumbaPrinter
+
+    ident = body.ident
+
+    def scatter(self, e):
+        return f"_scatter_L{ident}_{int(e.args[1])}({self.p(e.args[0])})"
+
+    if backend == "numba":
+        class BodyPrinter(NumbaPrinter):
+            def fused_sum(self, body_expr, length):
+                return None
+
+            def p(self, e):
+                return scatter(self, e) if isinstance(e, Scatter) else super().p(e)
+
+        return BodyPrinter(set(), shapes)
+
+    class TorchBodyPrinter(Printer):
+        def p(self, e):
+            return scatter(self, e) if isinstance(e, Scatter) else super().p(e)
+
+    return TorchBodyPrinter(backend, set())
+
+
+class NotReversible(Exception):
+    """The loop cannot become a compiled reverse loop (the message says why)."""
+
+
+@dataclass
+class LoopBody:
+    """One loop's symbolic iteration and its adjoint, with what the generated loops need."""
+    ident: int
+    start: int
+    carried: list          # placeholder symbols c_k
+    carried_shapes: list
+    init_shapes: list
+    invariants: list       # outer symbols read inside the body
+    invariant_shapes: list
+    counter: sp.Symbol
+    elements: list         # (element symbol, base symbol, stride, offset)
+    forward: list          # (symbol, expr | _ViewRef | ("reduce", expr, numel)) statements of one iteration
+    updates: list          # expressions of the next state
+    adjoint: object        # AdjointProgram of one iteration (inputs: carried, invariants, elements, counter)
+    exit_syms: list = field(default_factory=list)
+
+
+def eligible(loop: ssa.Loop) -> str | None:
+    """None when ``loop`` can become a compiled reverse loop, else why not."""
+    if loop.break_site is not None:
+        return "it has a `break`"
+    seen: set = set()
+    stack = list(ssa.body_nodes(loop))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ssa.Phi) and loop.site in node.scope:
+            return f"it holds an `if` on a traced value (line {node.site[0]})"
+        if isinstance(node, ssa.Loop):
+            return f"it holds a nested traced loop (line {node.site[0]})"
+        if isinstance(node, ssa.Index) and node.site == loop.site and len(node.base.shape) != 1:
+            return "it indexes the rows of a matrix with the counter"
+        if isinstance(node, ssa.LoopIndex) and node.site != loop.site:
+            return "it reads the counter of another loop"
+        stack.extend(ssa.children(node))
+    return None
+
+
+def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
+    """Elevate and differentiate one iteration of ``loop`` (``outer`` is the enclosing ``Elevator``)."""
+    from sparsad.coarsen.adjoint import _numel, differentiate
+    from sparsad.coarsen.elevate import Elevation, Elevator, Segment, _Ctx, split_reductions
+
+    class BodyElevator(Elevator):
+        def __init__(self):
+            super().__init__(ssa.Graph("body", (), (), False), None, outer.limit, closed_forms=False)
+            self.counter_sym = real_symbol(f"i_L{ident}")
+            self.shapes[self.counter_sym] = ()
+            self.placeholders = []
+            for k, name in enumerate(loop.names):
+                sym = real_symbol(f"{name}_L{ident}")
+                self.shapes[sym] = loop.updates[k].shape
+                self.placeholders.append(sym)
+            self.invariant_syms: list = []
+            self.element_list: list = []
+            self.outer_memo: dict = {}
+
+        def fresh(self, prefix, shape=()):
+            sym = super().fresh(f"{prefix}_L{ident}_", shape)
+            return sym
+
+        def ev(self, node, ctx):
+            deps = ssa.loop_dependencies(node, outer.deps)
+            if loop.site not in deps:
+                return self.invariant(node)
+            key = id(node)
+            if key in ctx.memo:
+                return ctx.memo[key]
+            value = self._ev(node, ctx)
+            ctx.memo[key] = value
+            return value
+
+        def invariant(self, node):
+            key = id(node)
+            if key not in self.outer_memo:
+                value = outer.ev(node, outer_ctx)
+                if not value.free_symbols:
+                    self.outer_memo[key] = value
+                else:
+                    sym = value if isinstance(value, sp.Symbol) else outer.bind(value, node.shape)
+                    if sym not in self.invariant_syms:
+                        self.invariant_syms.append(sym)
+                        self.shapes[sym] = outer.shapes.get(sym, node.shape)
+                    self.outer_memo[key] = sym
+            return self.outer_memo[key]
+
+        def _ev(self, node, ctx):
+            if isinstance(node, ssa.Carried):
+                if node.site != loop.site:
+                    raise NotReversible("a value carried by another loop")
+                return self.placeholders[node.k]
+            if isinstance(node, ssa.LoopIndex):
+                return self.counter_sym
+            if isinstance(node, ssa.Index):
+                base = self.ev(node.base, ctx)
+                if not isinstance(base, sp.Symbol) or base not in self.invariant_syms:
+                    raise NotReversible("an element of a value that changes inside the loop")
+                for sym, b, stride, offset in self.element_list:
+                    if b == base and stride == node.stride and offset == node.offset:
+                        return sym
+                sym = real_symbol(f"{base}_at{len(self.element_list)}_L{ident}")
+                self.shapes[sym] = ()
+                self.element_list.append((sym, base, node.stride, node.offset))
+                return sym
+            if isinstance(node, (ssa.Phi, ssa.Loop, ssa.LoopOut)):
+                raise NotReversible(f"{type(node).__name__} inside the loop body")
+            return super()._ev(node, ctx)
+
+    body = BodyElevator()
+    top = _Ctx("top")
+    updates = [stabilize(body.ev(u, top)) for u in loop.updates]
+    body.segments = [Segment(s.sym, None if s.expr is None else stabilize(s.expr), s.shape, s.kind, s.base, s.key)
+                     for s in body.segments]
+    segments, updates = split_reductions(body.segments, updates, body)
+    inputs = (body.placeholders + body.invariant_syms + [e[0] for e in body.element_list] + [body.counter_sym])
+    for sym in inputs:
+        body.shapes.setdefault(sym, ())
+    elev = Elevation(inputs, segments, updates, body.shapes, [], dict(body.iotas), [], [])
+    wrt = list(range(len(inputs) - 1))  # not the counter
+    program = differentiate(elev, wrt, simplify=False)
+    forward = []
+    from sparsad.coarsen.adjoint import _ViewRef
+    for seg in segments:
+        if seg.kind == "view":
+            forward.append((seg.sym, _ViewRef(seg.base, seg.key)))
+        elif seg.kind == "reduce":
+            from sparsad.coarsen.symbolic import VSum, shape_of
+            forward.append((seg.sym, VSum(seg.expr, _numel(shape_of(seg.expr, body.shapes)) or 1)))
+        else:
+            forward.append((seg.sym, seg.expr))
+    inits_shapes = []
+    return LoopBody(ident, loop.start, body.placeholders, [tuple(u.shape) for u in loop.updates], inits_shapes,
+                    body.invariant_syms, [tuple(body.shapes[s]) for s in body.invariant_syms], body.counter_sym,
+                    body.element_list, forward, updates, program)
+
+
+# ------------------------------------------------------------------------------------- code
+def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, dict]:
+    """Source of ``_loop_fwd_K`` and ``_loop_rev_K`` and the scatter helpers they use (key, shape)."""
+    from sparsad.coarsen.adjoint import _ViewRef
+    from sparsad.coarsen.codegen import _key_text, identifier
+
+    k = body.ident
+    program = body.adjoint
+    fwd_printer = rev_printer = printer_factory(body, backend, program.shapes)
+    names_c = [identifier(s) for s in body.carried]
+    names_inv = [identifier(s) for s in body.invariants]
+    n_c = len(body.carried)
+
+    def zeros(shape) -> str:
+        if shape == ():
+            return "0.0" if backend == "numba" else "_as_tensor(0.0)"
+        return f"np.zeros({tuple(shape)!r})" if backend == "numba" else f"_zeros({tuple(shape)!r})"
+
+    def fit(value: str, shape) -> str:
+        """A value broadcast to the carried shape (so the loop variables keep one type)."""
+        if backend == "numba":
+            return f"({value} + np.zeros({tuple(shape)!r}))" if shape != () else f"({value} + 0.0)"
+        return f"_fit({value}, {tuple(shape)!r})"
+
+    def step_prelude(indent: str) -> list[str]:
+        lines = [f"{indent}i_int = {body.start} + t",
+                 f"{indent}{identifier(body.counter)} = " + ("float(i_int)" if backend == "numba" else
+                                                             "_as_tensor(float(i_int))")]
+        for sym, base, stride, offset in body.elements:
+            lines.append(f"{indent}{identifier(sym)} = {identifier(base)}[{stride} * i_int + {offset}]")
+        return lines
+
+    def statements(stmts, printer, indent):
+        lines = []
+        for sym, value in stmts:
+            if isinstance(value, _ViewRef):
+                lines.append(f"{indent}{identifier(sym)} = {identifier(value.base)}[{_key_text(value.key)}]")
+            else:
+                lines.append(f"{indent}{identifier(sym)} = {printer(value)}")
+        return lines
+
+    inits = [f"init{j}" for j in range(n_c)]
+    args = ", ".join(inits + names_inv + ["n"])
+    # forward loop
+    fwd = [f"def _loop_fwd_{k}({args}):"]
+    for j in range(n_c):
+        fwd.append(f"    {names_c[j]} = {fit(inits[j], body.carried_shapes[j])}")
+    fwd.append("    for t in range(int(n)):")
+    fwd += step_prelude("        ")
+    fwd += statements(body.forward, fwd_printer, "        ")
+    news = [fit(fwd_printer(u), body.carried_shapes[j]) for j, u in enumerate(body.updates)]
+    fwd.append(f"        {', '.join(names_c)}{',' if n_c == 1 else ''} = {', '.join(news)}{',' if n_c == 1 else ''}")
+    fwd.append(f"    return ({', '.join(names_c)}{',' if n_c == 1 else ''})")
+    # reverse loop
+    seeds = [f"seed{j}" for j in range(n_c)]
+    rev = [f"def _loop_rev_{k}({', '.join(seeds)}, {args}):"]
+    for j in range(n_c):
+        shape = body.carried_shapes[j]
+        rev.append(f"    {names_c[j]} = {fit(inits[j], shape)}")
+        if backend == "numba":
+            rev.append(f"    hist{j} = np.empty((int(n),) + {tuple(shape)!r})")
+        else:
+            rev.append(f"    hist{j} = []")
+    rev.append("    for t in range(int(n)):")
+    for j in range(n_c):
+        rev.append(f"        hist{j}[t] = {names_c[j]}" if backend == "numba" else f"        hist{j}.append({names_c[j]})")
+    rev += step_prelude("        ")
+    rev += statements(body.forward, fwd_printer, "        ")
+    rev.append(f"        {', '.join(names_c)}{',' if n_c == 1 else ''} = {', '.join(news)}{',' if n_c == 1 else ''}")
+    for j in range(n_c):
+        rev.append(f"    cb{j} = {fit(seeds[j], body.carried_shapes[j])}")
+    for m, shape in enumerate(body.invariant_shapes):
+        rev.append(f"    ib{m} = {zeros(shape)}")
+    rev.append("    for t in range(int(n) - 1, -1, -1):")
+    for j in range(n_c):
+        rev.append(f"        {names_c[j]} = hist{j}[t]")
+    rev += step_prelude("        ")
+    for j, seed in enumerate(program.seeds):
+        rev.append(f"        {identifier(seed)} = cb{j}")
+    rev += statements(program.statements, rev_printer, "        ")
+    results = program.results
+    new_cb = []
+    for j in range(n_c):
+        r = results[j]
+        new_cb.append(fit(rev_printer(r) if r is not None else "0.0", body.carried_shapes[j]))
+    inv_updates = []
+    for m in range(len(body.invariants)):
+        r = results[n_c + m]
+        if r is not None and r != 0:
+            inv_updates.append(f"        ib{m} = ib{m} + {rev_printer(r)}")
+    element_updates = []
+    for e, (sym, base, stride, offset) in enumerate(body.elements):
+        r = results[n_c + len(body.invariants) + e]
+        if r is None or r == 0:
+            continue
+        m = body.invariants.index(base)
+        if backend == "numba":
+            element_updates.append(f"        ib{m}[{stride} * i_int + {offset}] += {rev_printer(r)}")
+        else:
+            element_updates.append(f"        ib{m} = _add_at(ib{m}, {stride} * i_int + {offset}, {rev_printer(r)})")
+    rev += inv_updates + element_updates
+    rev.append(f"        {', '.join(f'cb{j}' for j in range(n_c))}{',' if n_c == 1 else ''} = "
+               f"{', '.join(new_cb)}{',' if n_c == 1 else ''}")
+    total = "np.sum({})" if backend == "numba" else "_total({})"
+    outs = [f"cb{j}" if body.init_shapes[j] == body.carried_shapes[j] else total.format(f"cb{j}")
+            for j in range(n_c)] + [f"ib{m}" for m in range(len(body.invariants))]
+    rev.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    views = {}
+    for index, (key, shape) in program.views.items():
+        views[f"_scatter_L{k}_{index}"] = (key, shape)
+    return "\n".join(fwd) + "\n\n" + "\n".join(rev) + "\n", views
