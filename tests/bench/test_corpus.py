@@ -59,7 +59,7 @@ KNOWN_ISSUES: dict[tuple[str, str, str], tuple[type, str]] = {
 # Fallbacks to the interpreter measured when the table above was written (jvp and vjp always
 # run in the interpreter today), for the CORE programs and for all of them. Lower them as the
 # compiler improves.
-FALLBACKS_TODAY = {"core": 142, "full": 524}
+FALLBACKS_TODAY = {"core": 20, "full": 524}
 
 
 @functools.lru_cache(maxsize=None)
