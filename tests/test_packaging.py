@@ -60,3 +60,12 @@ def test_ships_type_information():
     assert (ROOT / "src" / "sparsad" / "py.typed").is_file()
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["sparsad"]
+
+
+def test_test_folders_do_not_shadow_the_frameworks():
+    """tests/torch and tests/jax mirror the package; `tests/` itself must not be importable as a
+    path entry, or `import torch` would find tests/torch where torch is not installed."""
+    import os
+
+    entries = {os.path.abspath(entry or ".") for entry in sys.path}
+    assert str(ROOT / "tests") not in entries

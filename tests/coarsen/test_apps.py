@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import no_fallback, rel_err, torch_reference  # noqa: F401
+from helpers_coarsen import no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import apps
 

@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import load_function, rel_err, torch_reference
+from helpers_coarsen import load_function, rel_err, torch_reference
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import apps
 from sparsad.coarsen.plan import CoarsenFallbackWarning

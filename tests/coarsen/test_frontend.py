@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import load_function
+from helpers_coarsen import load_function
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import ssa
 from sparsad.coarsen.apps import bgd_hyperopt, bgd_hyperopt_loops, make_bgd

@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coarsen.helpers_coarsen import load_function, rel_err, torch_reference
+from helpers_coarsen import load_function, rel_err, torch_reference
 import sparsad.coarsen as coarsen
 from sparsad.coarsen.plan import CoarsenFallbackWarning
 

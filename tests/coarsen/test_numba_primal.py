@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from coarsen.helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
+from helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import apps, numba_primal
 from sparsad.coarsen.plan import FAST_PRIMAL_AFTER

@@ -7,7 +7,7 @@ import pytest
 import sympy as sp
 import torch
 
-from coarsen.helpers_coarsen import load_function, rel_err, torch_reference
+from helpers_coarsen import load_function, rel_err, torch_reference
 import sparsad.coarsen as coarsen
 from sparsad.coarsen.apps import cartpole_loss, make_cartpole
 from sparsad.coarsen.elevate import elevate

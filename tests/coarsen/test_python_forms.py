@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import load_function, no_fallback, rel_err, torch_reference  # noqa: F401
+from helpers_coarsen import load_function, no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
 
 DRAWS = [np.random.default_rng(seed) for seed in (11, 12, 13)]

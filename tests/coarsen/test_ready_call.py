@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
+from helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
 from sparsad.coarsen import api, apps, numba_primal
 from sparsad.coarsen.plan import FAST_PRIMAL_AFTER, CoarsenFallbackWarning

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from coarsen.helpers_coarsen import load_function, rel_err, torch_reference
+from helpers_coarsen import load_function, rel_err, torch_reference
 import sparsad.coarsen as coarsen
 from sparsad.coarsen.api import CoarsenInputError
 from sparsad.coarsen.plan import CoarsenFallbackWarning

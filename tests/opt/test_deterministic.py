@@ -39,7 +39,7 @@ STAGES_SCRIPT = textwrap.dedent('''
     import numpy as np, scipy.sparse as sp, sparsad
     from sparsad.lang.printer import to_text
     from sparsad.opt.pipeline import optimize
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {support!r}]
     from opt.test_deterministic import DEEP, stage_texts
     print(hashlib.sha256(stage_texts().encode()).hexdigest())
 ''')
@@ -71,7 +71,7 @@ def stage_texts() -> str:
 
 def test_the_same_stages_in_fresh_processes_with_different_hash_seeds():
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script = STAGES_SCRIPT.format(tests=tests)
+    script = STAGES_SCRIPT.format(tests=tests, support=os.path.join(tests, "support"))
     digests = set()
     for seed in ("0", "1", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
