@@ -2,7 +2,7 @@
 in PyTorch (`sparsad.torch.compile_program`) and in a JAX/Optax loop (`sparsad.jax.compile_program`).
 
 Model: logits = Attention(A, Q=H Wq, K=H Wk, V=H Wv) with H = relu(GCN(A_hat, X, W1)), trained on
-node labels with cross-entropy and Adam. Cora (Planetoid) when /work/shared/data has it, else a
+node labels with cross-entropy and Adam. Cora (Planetoid) when the shared data folder has it, else a
 random graph; `small=True` runs a tiny random graph for the tests.
 
     python examples/frameworks_layers.py
