@@ -190,6 +190,13 @@ class Executor:
     keep_feeds=True: a Variable left out of a run's feeds keeps the value it was last fed (say, the
     big tensor of an alternating sweep, fed once). dtype: float64, float32 or float16. check_finite=True refuses feeds holding NaN or inf.
     Complex feeds are refused; a singular tensorinv raises InputError on every backend.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> run = T.Executor([T.einsum("i,i->", x, x)])   # planned once
+    >>> float(run.run({x: np.array([1., 2.])})[0]), float(run.run({"x": np.array([3., 4.])})[0])
+    (5.0, 25.0)
     """
 
     def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "greedy",
@@ -524,5 +531,12 @@ class Executor:
 
 
 def evaluate(nodes: Node | Sequence[Node], feed_dict: Mapping, backend: str = "numpy", **options) -> list:
-    """One-shot convenience: Executor(nodes, backend).run(feed_dict)."""
+    """One-shot convenience: Executor(nodes, backend).run(feed_dict).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> [float(v) for v in T.evaluate([x.sum(), T.einsum("i,i->", x, x)], {x: np.array([1., 2.])})]
+    [3.0, 5.0]
+    """
     return Executor(nodes, backend, **options).run(feed_dict)

@@ -67,6 +67,14 @@ def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, pa
     dimension_tree: sites A_1..A_N when nodes[i] updates A_i in an alternating sweep (§5.4).
     guard: return the input with only path selection and CSE applied when the cost model rates
     that cheaper than the full result.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> y = T.einsum("i,i->", x, x) + T.einsum("j,j->", x, x)
+    >>> fast = T.optimize(y)          # CSE and simplification: 2 * <x, x>
+    >>> T.evaluate([y, fast], {x: np.array([1., 2.])})
+    [np.float64(10.0), np.float64(10.0)]
     """
     single = isinstance(nodes, Node)
     graph = [nodes] if single else list(nodes)
