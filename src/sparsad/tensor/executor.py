@@ -14,6 +14,7 @@ from sparsad.tensor.backends import (
     to_pydata,
 )
 from sparsad.tensor.graph import einsum_view, topological
+from sparsad.tensor.paths import choose_path
 from sparsad.tensor.nodes import (
     Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, Sum, TensorInverse,
     Transpose, Variable,
@@ -182,8 +183,8 @@ def gather_sparse(coo, index: tuple) -> np.ndarray:
 class Executor:
     """Evaluates `nodes` for many feeds: contraction expressions are planned at construction.
 
-    backend: "numpy" | "torch" | "jax" | "dask". path: opt_einsum strategy ("greedy", "optimal",
-    "auto", ...) for einsums with more than two operands; memory_limit caps intermediate sizes
+    backend: "numpy" | "torch" | "jax" | "dask". path: "cheapest" (the fewer-flops of opt_einsum's
+    greedy and exact orders for small einsums) or an opt_einsum strategy ("greedy", "optimal", ...) for einsums with more than two operands; memory_limit caps intermediate sizes
     (elements). For "dask", `client` (a dask.distributed Client) computes the results; `chunks`
     sets how fed NumPy arrays are split. With reuse=True an intermediate is kept between runs and
     reused while every Variable it depends on is fed the very same array object again.
@@ -199,7 +200,7 @@ class Executor:
     (5.0, 25.0)
     """
 
-    def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "greedy",
+    def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "cheapest",
                  memory_limit: int | None = None, dtype=np.float64, client: Any = None,
                  chunks: Any = "auto", reuse: bool = False, check_finite: bool = False,
                  keep_feeds: bool = False):
@@ -236,7 +237,8 @@ class Executor:
                 if self.backend.name == "numpy" and len(node.inputs) <= 2:
                     expr = numpy_small_einsum(subs)
                 if expr is None:
-                    planned = oe.contract_expression(subs, *shapes, optimize=path, memory_limit=memory_limit)
+                    steps = choose_path(subs, shapes, path, memory_limit)[0]
+                    planned = oe.contract_expression(subs, *shapes, optimize=steps)
                     expr = partial(planned, backend=self.backend.name)
                 self._plans[node.uid] = (subs, expr)
         self._needed: dict[tuple, Any] = {}
