@@ -5,7 +5,7 @@ right environment, bra and ket. Its mixed Hessian block d^2/(d bra d ket) is H_e
 eigensolver's matrix-vector product is the HVP with direction (0, v), optimized once per shape
 (the zero direction is pruned, the contraction path chosen) and handed to
 scipy.sparse.linalg.eigsh. Small local problems use the explicit Hessian of
-E(theta) = <theta| H_eff |theta> (which is 2 H_eff) and a dense eigh instead. The energy is checked against exact diagonalization at a small size.
+E(theta) = <theta| H_eff |theta> (which is 2 H_eff), solved densely instead. The energy is checked against exact diagonalization at a small size.
 
 Run: python examples/dmrg.py
 """
@@ -20,7 +20,8 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 
 from sparsad import tensor as T
 
-DENSE_LIMIT = 800    # local problems below this size use the explicit Hessian and eigh (quimb's rule)
+DENSE_LIMIT = 800    # local problems below this size use the explicit Hessian (quimb's rule)
+DENSE_EIGH_LIMIT = 45  # ... and below this one a full dense eigh (quimb's choice of backend)
 MATVECS = [0]        # graph HVPs handed to eigsh so far (the benchmark reads it)
 
 
@@ -105,8 +106,13 @@ def _local_ground_state(left, w1, w2, right, guess, tol):
     n = guess.size
     if hess is not None and n < DENSE_LIMIT:
         (h,) = ex.run({L: left, W1: w1, W2: w2, R: right, theta: guess, v: guess}, out=[hess])
-        # only the lowest eigenpair (LAPACK's MRRR with an index range): less work than all n
-        vals, vecs = scipy.linalg.eigh(h.reshape(n, n), subset_by_index=[0, 0])
+        h = h.reshape(n, n)
+        if n < DENSE_EIGH_LIMIT:
+            vals, vecs = scipy.linalg.eigh(h, subset_by_index=[0, 0])   # the lowest eigenpair only
+        else:
+            # ARPACK on the dense matrix, started from the current state (quimb does the same): a full
+            # LAPACK tridiagonalization costs more, and far more when BLAS threads wait on a busy machine.
+            vals, vecs = eigsh(h, k=1, which="SA", v0=guess.ravel(), tol=tol)
         return vals[0], vecs[:, 0].reshape(guess.shape)
 
     matvec_of = local_matvec(left, w1, w2, right)

@@ -14,6 +14,7 @@ from sparsad.tensor.backends import (
     to_pydata,
 )
 from sparsad.tensor.graph import einsum_view, topological
+from sparsad.tensor.blas import one_blas_thread
 from sparsad.tensor.paths import choose_path
 from sparsad.tensor.nodes import (
     Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, Sum, TensorInverse,
@@ -22,6 +23,8 @@ from sparsad.tensor.nodes import (
 
 
 SMALL_GRAPH_BYTES = 8 * 2**20
+# Runs estimated below this many flops (about a millisecond of one core) use one BLAS thread.
+SERIAL_BELOW_FLOPS = 10**7
 
 
 def singular_error(node: TensorInverse, detail: str) -> InputError:
@@ -191,6 +194,9 @@ class Executor:
     keep_feeds=True: a Variable left out of a run's feeds keeps the value it was last fed (say, the
     big tensor of an alternating sweep, fed once). dtype: float64, float32 or float16. check_finite=True refuses feeds holding NaN or inf.
     Complex feeds are refused; a singular tensorinv raises InputError on every backend.
+    serial_below_flops: on the NumPy backend, a run whose estimated cost (the cost model's flops)
+    is below this uses one BLAS thread (waking BLAS worker threads costs more than it saves on
+    small products, and far more on a busy machine); 0 leaves BLAS's thread count alone.
 
     >>> import numpy as np
     >>> from sparsad import tensor as T
@@ -203,7 +209,8 @@ class Executor:
     def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "cheapest",
                  memory_limit: int | None = None, dtype=np.float64, client: Any = None,
                  chunks: Any = "auto", reuse: bool = False, check_finite: bool = False,
-                 keep_feeds: bool = False):
+                 keep_feeds: bool = False, serial_below_flops: float = SERIAL_BELOW_FLOPS):
+        self.serial_below_flops = serial_below_flops
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         self.reuse = reuse
         self._last_values: dict[int, Any] = {}
@@ -361,7 +368,12 @@ class Executor:
         if self.backend.name == "jax" and not self.reuse:
             return self._run_jitted(outs, schedule, values, to_numpy)
         if not self._sparse:
-            self._run_steps(self._steps(outs, schedule, free), values, raw)
+            steps = self._steps(outs, schedule, free)
+            if self._plain_numpy and self._is_small(outs, schedule):
+                with one_blas_thread():
+                    self._run_steps(steps, values, raw)
+            else:
+                self._run_steps(steps, values, raw)
             return self._finish([values[o.uid] for o in outs], to_numpy)
         for step, node in enumerate(schedule):
             for uid in free.get(step - 1, ()):
@@ -410,6 +422,21 @@ class Executor:
                 steps.append((node.uid, self._evaluator(node), tuple(c.uid for c in node.inputs),
                               tuple(sorted(self._deps[node.uid])), frees))
             self._needed[key] = steps
+        return self._needed[key]
+
+    def _is_small(self, outs, schedule) -> bool:
+        """Whether evaluating `schedule` is estimated below `serial_below_flops` (once per outputs)."""
+        key = ("small",) + tuple(o.uid for o in outs)
+        if key not in self._needed:
+            from sparsad.tensor.cost import node_cost
+
+            flops = 0
+            for node in schedule:
+                if node.inputs:
+                    flops += node_cost(node)
+                    if flops >= self.serial_below_flops:
+                        break
+            self._needed[key] = flops < self.serial_below_flops
         return self._needed[key]
 
     def _evaluator(self, node: Node):
