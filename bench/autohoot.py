@@ -365,7 +365,7 @@ def _dmrg_row(quick: bool, n_sites: int, d: int, bond: int, max_bond: int) -> li
         result["matvecs"] = dmrg.MATVECS[0]
 
     def quimb_sweep():
-        result["quimb_energy"] = dmrg.quimb_dmrg(mpo, max_bond, sweeps=1)
+        result["quimb_energy"] = dmrg.quimb_dmrg(mpo, max_bond, sweeps=1, init=init)   # the same start
 
     has_quimb = dmrg.quimb_dmrg(dmrg.random_symmetric_mpo(4, 2, 2), 4, sweeps=1) is not None
     fns = {"ours": ours_sweep, "quimb": quimb_sweep} if has_quimb else {"ours": ours_sweep}

@@ -186,8 +186,13 @@ def dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int = 4, seed: int = 0, t
     return energy, history
 
 
-def quimb_dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int, tol: float = 1e-10):
-    """The same problem through quimb's two-site DMRG, or None where quimb is not installed."""
+def quimb_dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int, tol: float = 1e-10,
+               init: list[np.ndarray] | None = None):
+    """The same problem through quimb's two-site DMRG, or None where quimb is not installed.
+
+    init: the starting MPS in our layout (site tensors (left, phys, right)); quimb's own random
+    state by default.
+    """
     try:
         import quimb.tensor as qtn
     except ImportError:
@@ -195,8 +200,13 @@ def quimb_dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int, tol: float = 1
     n = len(mpo)
     # quimb's end tensors have no dummy outer bond: drop ours.
     arrays = [w[0] if i == 0 else (w[:, 0] if i == n - 1 else w) for i, w in enumerate(mpo)]
+    p0 = None
+    if init is not None:     # quimb's layout: (left, right, phys), no outer bonds
+        sites = [a[0].T if i == 0 else (a[:, :, 0] if i == n - 1 else a.transpose(0, 2, 1))
+                 for i, a in enumerate(init)]
+        p0 = qtn.MatrixProductState(sites, shape="lrp")
     solver = qtn.DMRG2(qtn.MatrixProductOperator(arrays, shape="lrud"), bond_dims=max_bond,
-                       cutoffs=1e-14)
+                       cutoffs=1e-14, p0=p0)
     # The same local eigensolver as ours (ARPACK, ncv 20, tolerance tol); quimb's defaults are looser.
     solver.opts["local_eig_tol"], solver.opts["local_eig_ncv"] = tol, 20
     solver.solve(max_sweeps=sweeps, tol=tol, verbosity=0)
