@@ -12,8 +12,6 @@ one thread, the last to leave restores the count it found.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
-from typing import Iterator
 
 _lock = threading.Lock()
 _state = {"libraries": None, "depth": 0, "saved": []}
@@ -30,29 +28,37 @@ def _libraries() -> list:
     return _state["libraries"]
 
 
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """Run the body with one BLAS thread, then restore the previous thread counts.
+class _OneBlasThread:
+    """The context manager itself: a plain class, cheaper per use than a generator's."""
 
-    >>> import numpy as np
-    >>> with one_blas_thread():
-    ...     float(np.ones((2, 2)) @ np.ones(2) @ np.ones(2))
-    4.0
-    """
-    with _lock:
-        if _state["depth"] == 0:
-            libraries = _libraries()
-            _state["saved"] = [lib.num_threads for lib in libraries]
-            for lib, count in zip(libraries, _state["saved"]):
-                if count != 1:
-                    lib.set_num_threads(1)
-        _state["depth"] += 1
-    try:
-        yield
-    finally:
+    def __enter__(self) -> None:
+        with _lock:
+            if _state["depth"] == 0:
+                libraries = _libraries()
+                _state["saved"] = [lib.num_threads for lib in libraries]
+                for lib, count in zip(libraries, _state["saved"]):
+                    if count != 1:
+                        lib.set_num_threads(1)
+            _state["depth"] += 1
+
+    def __exit__(self, *exc_info) -> None:
         with _lock:
             _state["depth"] -= 1
             if _state["depth"] == 0:
                 for lib, count in zip(_libraries(), _state["saved"]):
                     if count != 1:
                         lib.set_num_threads(count)
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def one_blas_thread() -> _OneBlasThread:
+    """A context manager: the body runs with one BLAS thread, then the thread counts are restored.
+
+    >>> import numpy as np
+    >>> with one_blas_thread():
+    ...     float(np.ones((2, 2)) @ np.ones(2) @ np.ones(2))
+    4.0
+    """
+    return _ONE_BLAS_THREAD

@@ -23,8 +23,11 @@ from sparsad.tensor.nodes import (
 
 
 SMALL_GRAPH_BYTES = 8 * 2**20
-# Runs estimated below this many flops (about a millisecond of one core) use one BLAS thread.
+# Runs estimated below this many flops (about a millisecond of one core) use one BLAS thread...
 SERIAL_BELOW_FLOPS = 10**7
+# ... when one of their products is big enough for OpenBLAS to thread it at all (it keeps products
+# under 65536 * 4 multiply-adds on one thread), else switching threads is pure overhead.
+BLAS_THREADS_FROM_FLOPS = 2 * 65536 * 4
 
 
 def singular_error(node: TensorInverse, detail: str) -> InputError:
@@ -425,18 +428,13 @@ class Executor:
         return self._needed[key]
 
     def _is_small(self, outs, schedule) -> bool:
-        """Whether evaluating `schedule` is estimated below `serial_below_flops` (once per outputs)."""
+        """Whether evaluating `schedule` is small work with a product BLAS would thread (once per outputs)."""
         key = ("small",) + tuple(o.uid for o in outs)
         if key not in self._needed:
             from sparsad.tensor.cost import node_cost
 
-            flops = 0
-            for node in schedule:
-                if node.inputs:
-                    flops += node_cost(node)
-                    if flops >= self.serial_below_flops:
-                        break
-            self._needed[key] = flops < self.serial_below_flops
+            costs = [node_cost(node) for node in schedule if node.inputs]
+            self._needed[key] = sum(costs) < self.serial_below_flops and max(costs, default=0) >= BLAS_THREADS_FROM_FLOPS
         return self._needed[key]
 
     def _evaluator(self, node: Node):
