@@ -5,7 +5,7 @@ right environment, bra and ket. Its mixed Hessian block d^2/(d bra d ket) is H_e
 eigensolver's matrix-vector product is the HVP with direction (0, v), optimized once per shape
 (the zero direction is pruned, the contraction path chosen) and handed to
 scipy.sparse.linalg.eigsh. Small local problems use the explicit Hessian of
-E(theta) = <theta| H_eff |theta> (which is 2 H_eff) and a dense eigh instead. The energy is checked against exact diagonalization at a small size.
+E(theta) = <theta| H_eff |theta> (which is 2 H_eff), solved densely instead. The energy is checked against exact diagonalization at a small size.
 
 Run: python examples/dmrg.py
 """
@@ -20,7 +20,8 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 
 from sparsad import tensor as T
 
-DENSE_LIMIT = 800    # local problems below this size use the explicit Hessian and eigh (quimb's rule)
+DENSE_LIMIT = 800    # local problems below this size use the explicit Hessian (quimb's rule)
+DENSE_EIGH_LIMIT = 45  # ... and below this one a full dense eigh (quimb's choice of backend)
 MATVECS = [0]        # graph HVPs handed to eigsh so far (the benchmark reads it)
 
 
@@ -59,14 +60,13 @@ def _local_graphs(shape_l, shape_w1, shape_w2, shape_r):
     # <bra| H_eff |ket>: its Hessian block d^2/(d bra d ket) is H_eff itself, so the HVP with
     # direction (0, v) gives H_eff v as one contraction (the zero direction is pruned away).
     pairing = T.einsum("awc,wxst,xyuv,byd,asub,ctvd->", L, W1, W2, R, bra, ket)
-    # opt_einsum's dynamic-programming path search: greedy can pick an order of these local
-    # networks far costlier than the best one (80x on a 16-bond matvec)
-    matvec = T.optimize(T.hvp(pairing, [bra, ket], [T.zeros(theta_shape), v])[0], path="dp")
+    # The default contraction order is exact for einsums this small (greedy's can cost several times more).
+    matvec = T.optimize(T.hvp(pairing, [bra, ket], [T.zeros(theta_shape), v])[0])
     energy = T.einsum("awc,wxst,xyuv,byd,asub,ctvd->", L, W1, W2, R, theta, theta)
     size = int(np.prod(theta_shape))
     hess = None
     if size < DENSE_LIMIT:
-        hess = T.optimize(0.5 * T.hessian(energy, [theta])[0][0], path="dp")
+        hess = T.optimize(0.5 * T.hessian(energy, [theta])[0][0])
     nodes = [matvec] + ([hess] if hess is not None else [])
     return (L, W1, W2, R, theta, v), T.Executor(nodes), matvec, hess
 
@@ -85,7 +85,7 @@ def _env_graph(side, shape_env, shape_a, shape_w):
         grown = T.einsum("awc,asb,wxst,ctd->bxd", E, A, W, A)
     else:
         grown = T.einsum("byd,asb,wyst,ctd->awc", E, A, W, A)
-    return (E, A, W), T.Executor(T.optimize(grown, path="dp"))
+    return (E, A, W), T.Executor(T.optimize(grown))
 
 
 def _grow(side, env, a, w):
@@ -106,8 +106,13 @@ def _local_ground_state(left, w1, w2, right, guess, tol):
     n = guess.size
     if hess is not None and n < DENSE_LIMIT:
         (h,) = ex.run({L: left, W1: w1, W2: w2, R: right, theta: guess, v: guess}, out=[hess])
-        # only the lowest eigenpair (LAPACK's MRRR with an index range): less work than all n
-        vals, vecs = scipy.linalg.eigh(h.reshape(n, n), subset_by_index=[0, 0])
+        h = h.reshape(n, n)
+        if n < DENSE_EIGH_LIMIT:
+            vals, vecs = scipy.linalg.eigh(h, subset_by_index=[0, 0])   # the lowest eigenpair only
+        else:
+            # ARPACK on the dense matrix, started from the current state (quimb does the same): a full
+            # LAPACK tridiagonalization costs more, and far more when BLAS threads wait on a busy machine.
+            vals, vecs = eigsh(h, k=1, which="SA", v0=guess.ravel(), tol=tol)
         return vals[0], vecs[:, 0].reshape(guess.shape)
 
     matvec_of = local_matvec(left, w1, w2, right)
@@ -181,8 +186,13 @@ def dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int = 4, seed: int = 0, t
     return energy, history
 
 
-def quimb_dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int, tol: float = 1e-10):
-    """The same problem through quimb's two-site DMRG, or None where quimb is not installed."""
+def quimb_dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int, tol: float = 1e-10,
+               init: list[np.ndarray] | None = None):
+    """The same problem through quimb's two-site DMRG, or None where quimb is not installed.
+
+    init: the starting MPS in our layout (site tensors (left, phys, right)); quimb's own random
+    state by default.
+    """
     try:
         import quimb.tensor as qtn
     except ImportError:
@@ -190,8 +200,13 @@ def quimb_dmrg(mpo: list[np.ndarray], max_bond: int, sweeps: int, tol: float = 1
     n = len(mpo)
     # quimb's end tensors have no dummy outer bond: drop ours.
     arrays = [w[0] if i == 0 else (w[:, 0] if i == n - 1 else w) for i, w in enumerate(mpo)]
+    p0 = None
+    if init is not None:     # quimb's layout: (left, right, phys), no outer bonds
+        sites = [a[0].T if i == 0 else (a[:, :, 0] if i == n - 1 else a.transpose(0, 2, 1))
+                 for i, a in enumerate(init)]
+        p0 = qtn.MatrixProductState(sites, shape="lrp")
     solver = qtn.DMRG2(qtn.MatrixProductOperator(arrays, shape="lrud"), bond_dims=max_bond,
-                       cutoffs=1e-14)
+                       cutoffs=1e-14, p0=p0)
     # The same local eigensolver as ours (ARPACK, ncv 20, tolerance tol); quimb's defaults are looser.
     solver.opts["local_eig_tol"], solver.opts["local_eig_ncv"] = tol, 20
     solver.solve(max_sweeps=sweeps, tol=tol, verbosity=0)

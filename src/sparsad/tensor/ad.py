@@ -167,6 +167,16 @@ def vjp(y: Node, xs: Node | Sequence[Node], v: Node, mask_sparse: bool = True) -
     """v^T J: the adjoint of each x in `xs` for a cotangent `v` shaped like y.
 
     The adjoint of a sparse Variable is masked to its pattern (SampleAt) unless mask_sparse=False.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> x = T.Variable("x", (2,))
+    >>> a = np.array([[1., 2.], [3., 4.]])
+    >>> v = T.Variable("v", (2,))
+    >>> vJ = T.vjp(T.einsum("ij,j->i", A, x), x, v)
+    >>> T.evaluate(vJ, {A: a, x: np.ones(2), v: np.array([1., 0.])})[0]
+    array([1., 2.])
     """
     if v.shape != y.shape:
         raise ShapeError(f"vjp: cotangent v has shape {v.shape} but y ({y.label}) has shape {y.shape}")
@@ -180,6 +190,13 @@ def grad(y: Node, xs: Node | Sequence[Node], mask_sparse: bool = True) -> Node |
 
     The gradient w.r.t. a sparse Variable is masked to its pattern (a sparse array evaluated by a
     sampled einsum) unless mask_sparse=False, which gives the dense-equivalent gradient.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> g = T.grad(T.einsum("i,i->", x, x), x)
+    >>> T.evaluate(g, {x: np.array([1., 2.])})[0]
+    array([2., 4.])
     """
     if y.shape != ():
         raise ShapeError(f"grad: y ({y.label}) has shape {y.shape}, not a scalar; use vjp or jacobian")
@@ -189,7 +206,18 @@ def grad(y: Node, xs: Node | Sequence[Node], mask_sparse: bool = True) -> Node |
 
 
 def jvp(y: Node, xs: Node | Sequence[Node], vs: Node | Sequence[Node]) -> Node:
-    """J v by the double-VJP trick of §4.1: the VJP of u -> VJP(u, y, x) taken at v."""
+    """J v by the double-VJP trick of §4.1: the VJP of u -> VJP(u, y, x) taken at v.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> x = T.Variable("x", (2,))
+    >>> a = np.array([[1., 2.], [3., 4.]])
+    >>> v = T.Variable("v", (2,))
+    >>> Jv = T.jvp(T.einsum("ij,j->i", A, x), x, v)
+    >>> T.evaluate(Jv, {A: a, x: np.ones(2), v: np.array([1., 0.])})[0]
+    array([1., 3.])
+    """
     xs_list, _ = _as_list(xs)
     vs_list, _ = _as_list(vs)
     if len(vs_list) != len(xs_list):
@@ -207,7 +235,16 @@ def jvp(y: Node, xs: Node | Sequence[Node], vs: Node | Sequence[Node]) -> Node:
 
 
 def hvp(y: Node, xs: Node | Sequence[Node], vs: Node | Sequence[Node]) -> Node | list[Node]:
-    """H v for scalar y: grad(<grad(y, x), v>, x) (§4.1); one node per x."""
+    """H v for scalar y: grad(<grad(y, x), v>, x) (§4.1); one node per x.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> v = T.Variable("v", (2,))
+    >>> Hv, = T.hvp(T.einsum("i,i->", x, x), [x], [v])
+    >>> T.evaluate(Hv, {x: np.array([1., 2.]), v: np.array([1., -1.])})[0]
+    array([ 2., -2.])
+    """
     xs_list, single = _as_list(xs)
     vs_list, _ = _as_list(vs)
     if len(vs_list) != len(xs_list):
@@ -233,13 +270,37 @@ def _identity_seed(shape: tuple) -> Node:
 
 
 def jacobian(y: Node, x: Node) -> Node:
-    """Explicit Jacobian of shape y.shape + x.shape, built with Identity nodes (§4.2)."""
+    """Explicit Jacobian of shape y.shape + x.shape, built with Identity nodes (§4.2).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> x = T.Variable("x", (2,))
+    >>> a = np.array([[1., 2.], [3., 4.]])
+    >>> J = T.jacobian(T.einsum("ij,j->i", A, x), x)
+    >>> T.evaluate(J, {A: a, x: np.ones(2)})[0]
+    array([[1., 2.],
+           [3., 4.]])
+    """
     return _backprop(y, [x], _identity_seed(y.shape), y.shape, explicit=True)[0]
 
 
 def chainjacobian(dz_dy: Node, dy_dx: Node, y_ndim: int) -> Node:
     """The chain rule on explicit Jacobians: dz/dx = dz/dy · dy/dx, contracting the last `y_ndim`
-    axes of dz_dy (shape z + y) with the first `y_ndim` of dy_dx (shape y + x)."""
+    axes of dz_dy (shape z + y) with the first `y_ndim` of dy_dx (shape y + x).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> x = T.Variable("x", (2,))
+    >>> a = np.array([[1., 2.], [3., 4.]])
+    >>> y = T.Variable("y", (2,))
+    >>> dz_dy = T.jacobian(T.einsum("i,i->", y, y), y)      # shape (2,)
+    >>> dy_dx = T.jacobian(T.einsum("ij,j->i", A, x), x)   # shape (2, 2)
+    >>> dz_dx = T.chainjacobian(dz_dy, dy_dx, 1)
+    >>> T.evaluate(dz_dx, {y: np.ones(2), A: a, x: np.ones(2)})[0]
+    array([ 8., 12.])
+    """
     from sparsad.tensor.nodes import tensordot
 
     if not isinstance(y_ndim, int) or not 0 <= y_ndim <= min(dz_dy.ndim, dy_dx.ndim):
@@ -251,7 +312,16 @@ def chainjacobian(dz_dy: Node, dy_dx: Node, y_ndim: int) -> Node:
 
 
 def hessian(y: Node, xs: Node | Sequence[Node]) -> list[list[Node]]:
-    """Explicit Hessian blocks H[i][j] of shape x_i.shape + x_j.shape for scalar y."""
+    """Explicit Hessian blocks H[i][j] of shape x_i.shape + x_j.shape for scalar y.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> (H,), = T.hessian(T.einsum("i,i->", x, x), [x])
+    >>> T.evaluate(H, {x: np.array([1., 2.])})[0]
+    array([[2., 0.],
+           [0., 2.]])
+    """
     if y.shape != ():
         raise ShapeError(f"hessian: y ({y.label}) has shape {y.shape}, not a scalar")
     xs_list, _ = _as_list(xs)

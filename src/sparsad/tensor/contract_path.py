@@ -1,6 +1,7 @@
 """Contraction-path selection (§5.3): each many-operand einsum becomes a tree of small einsums.
 
-The order comes from opt_einsum (greedy, optimal, or any of its strategies). With a
+The order comes from `paths.choose_path`: by default the cheaper of opt_einsum's greedy and
+exact orders ("cheapest"), or any opt_einsum strategy by name. With a
 `memory_limit` (in elements) opt_einsum never plans an intermediate larger than that; where no
 pairwise step fits it contracts the remaining operands in one einsum, which we keep as one node.
 """
@@ -8,19 +9,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import opt_einsum as oe
-
 from sparsad.tensor.executor import canonical_subscripts
 from sparsad.tensor.graph import rewrite
 from sparsad.tensor.nodes import Einsum, Node
+from sparsad.tensor.paths import DEFAULT_PATH, choose_path
 
 
-def plan(in_subs: Sequence[str], out: str, shapes: Sequence[tuple], path: str = "greedy",
+def plan(in_subs: Sequence[str], out: str, shapes: Sequence[tuple], path: str = DEFAULT_PATH,
          memory_limit: int | None = None) -> list[tuple[int, ...]]:
     """opt_einsum's contraction path (positions in a shrinking operand list)."""
     subs = canonical_subscripts(in_subs, out)
-    steps, _ = oe.contract_path(subs, *shapes, shapes=True, optimize=path, memory_limit=memory_limit)
-    return [tuple(step) for step in steps]
+    return choose_path(subs, shapes, path, memory_limit)[0]
 
 
 def build_tree(in_subs: Sequence[str], operands: Sequence[Node], out: str,
@@ -48,7 +47,7 @@ def build_tree(in_subs: Sequence[str], operands: Sequence[Node], out: str,
     return node
 
 
-def split_einsum(node: Einsum, path: str = "greedy", memory_limit: int | None = None) -> Node:
+def split_einsum(node: Einsum, path: str = DEFAULT_PATH, memory_limit: int | None = None) -> Node:
     """`node` as a tree of (mostly pairwise) einsums in opt_einsum's order."""
     if len(node.inputs) <= 2:
         return node
@@ -68,7 +67,7 @@ def sampled_einsums(nodes: Sequence[Node]) -> set[int]:
     return {uid for uid, us in users.items() if all(isinstance(u, SampleAt) and u.inputs[0].uid == uid for u in us)}
 
 
-def contraction_paths(nodes: Sequence[Node], path: str = "greedy", memory_limit: int | None = None) -> list[Node]:
+def contraction_paths(nodes: Sequence[Node], path: str = DEFAULT_PATH, memory_limit: int | None = None) -> list[Node]:
     """Split every einsum of the graph along its chosen contraction path (except sampled ones)."""
     keep = sampled_einsums(nodes)
     return rewrite(list(nodes), lambda n: split_einsum(n, path, memory_limit)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sparsad.tensor.contract_path import plan, sampled_einsums, split_einsum
+from sparsad.tensor.paths import DEFAULT_PATH
 from sparsad.tensor.graph import rewrite, topological
 from sparsad.tensor.nodes import Einsum, Node, TensorInverse
 
@@ -22,7 +23,7 @@ def _has_inverse(node: Node) -> bool:
     return any(isinstance(n, TensorInverse) for n in topological([node]))
 
 
-def constrained_path(node: Einsum, order: Sequence[Node], path: str = "greedy",
+def constrained_path(node: Einsum, order: Sequence[Node], path: str = DEFAULT_PATH,
                      memory_limit: int | None = None) -> Node:
     """Algorithm 2: an einsum tree for `node` whose sites are contracted in `order`."""
     items: list[tuple[str, Node]] = list(zip(node.in_subs, node.inputs))
@@ -74,7 +75,7 @@ def sweep_order(sites: Sequence[Node], i: int) -> list[Node]:
     return list(reversed(sites[i + 1:])) + list(sites[:i])
 
 
-def dimension_tree(nodes: Sequence[Node], sites: Sequence[Node], path: str = "greedy",
+def dimension_tree(nodes: Sequence[Node], sites: Sequence[Node], path: str = DEFAULT_PATH,
                    memory_limit: int | None = None) -> list[Node]:
     """nodes[i] updates sites[i]: give each of its einsums the constrained path of §5.4.
 

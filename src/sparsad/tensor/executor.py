@@ -14,6 +14,8 @@ from sparsad.tensor.backends import (
     to_pydata,
 )
 from sparsad.tensor.graph import einsum_view, topological
+from sparsad.tensor.blas import one_blas_thread
+from sparsad.tensor.paths import choose_path
 from sparsad.tensor.nodes import (
     Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, Sum, TensorInverse,
     Transpose, Variable,
@@ -21,6 +23,11 @@ from sparsad.tensor.nodes import (
 
 
 SMALL_GRAPH_BYTES = 8 * 2**20
+# Runs estimated below this many flops (about a millisecond of one core) use one BLAS thread...
+SERIAL_BELOW_FLOPS = 10**7
+# ... when one of their products is big enough for OpenBLAS to thread it at all (it keeps products
+# under 65536 * 4 multiply-adds on one thread), else switching threads is pure overhead.
+BLAS_THREADS_FROM_FLOPS = 2 * 65536 * 4
 
 
 def singular_error(node: TensorInverse, detail: str) -> InputError:
@@ -182,20 +189,31 @@ def gather_sparse(coo, index: tuple) -> np.ndarray:
 class Executor:
     """Evaluates `nodes` for many feeds: contraction expressions are planned at construction.
 
-    backend: "numpy" | "torch" | "jax" | "dask". path: opt_einsum strategy ("greedy", "optimal",
-    "auto", ...) for einsums with more than two operands; memory_limit caps intermediate sizes
+    backend: "numpy" | "torch" | "jax" | "dask". path: "cheapest" (the fewer-flops of opt_einsum's
+    greedy and exact orders for small einsums) or an opt_einsum strategy ("greedy", "optimal", ...) for einsums with more than two operands; memory_limit caps intermediate sizes
     (elements). For "dask", `client` (a dask.distributed Client) computes the results; `chunks`
     sets how fed NumPy arrays are split. With reuse=True an intermediate is kept between runs and
     reused while every Variable it depends on is fed the very same array object again.
     keep_feeds=True: a Variable left out of a run's feeds keeps the value it was last fed (say, the
     big tensor of an alternating sweep, fed once). dtype: float64, float32 or float16. check_finite=True refuses feeds holding NaN or inf.
     Complex feeds are refused; a singular tensorinv raises InputError on every backend.
+    serial_below_flops: on the NumPy backend, a run whose estimated cost (the cost model's flops)
+    is below this uses one BLAS thread (waking BLAS worker threads costs more than it saves on
+    small products, and far more on a busy machine); 0 leaves BLAS's thread count alone.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> run = T.Executor([T.einsum("i,i->", x, x)])   # planned once
+    >>> float(run.run({x: np.array([1., 2.])})[0]), float(run.run({"x": np.array([3., 4.])})[0])
+    (5.0, 25.0)
     """
 
-    def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "greedy",
+    def __init__(self, nodes: Node | Sequence[Node], backend: str = "numpy", *, path: str = "cheapest",
                  memory_limit: int | None = None, dtype=np.float64, client: Any = None,
                  chunks: Any = "auto", reuse: bool = False, check_finite: bool = False,
-                 keep_feeds: bool = False):
+                 keep_feeds: bool = False, serial_below_flops: float = SERIAL_BELOW_FLOPS):
+        self.serial_below_flops = serial_below_flops
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         self.reuse = reuse
         self._last_values: dict[int, Any] = {}
@@ -229,7 +247,8 @@ class Executor:
                 if self.backend.name == "numpy" and len(node.inputs) <= 2:
                     expr = numpy_small_einsum(subs)
                 if expr is None:
-                    planned = oe.contract_expression(subs, *shapes, optimize=path, memory_limit=memory_limit)
+                    steps = choose_path(subs, shapes, path, memory_limit)[0]
+                    planned = oe.contract_expression(subs, *shapes, optimize=steps)
                     expr = partial(planned, backend=self.backend.name)
                 self._plans[node.uid] = (subs, expr)
         self._needed: dict[tuple, Any] = {}
@@ -352,7 +371,12 @@ class Executor:
         if self.backend.name == "jax" and not self.reuse:
             return self._run_jitted(outs, schedule, values, to_numpy)
         if not self._sparse:
-            self._run_steps(self._steps(outs, schedule, free), values, raw)
+            steps = self._steps(outs, schedule, free)
+            if self._plain_numpy and self._is_small(outs, schedule):
+                with one_blas_thread():
+                    self._run_steps(steps, values, raw)
+            else:
+                self._run_steps(steps, values, raw)
             return self._finish([values[o.uid] for o in outs], to_numpy)
         for step, node in enumerate(schedule):
             for uid in free.get(step - 1, ()):
@@ -401,6 +425,16 @@ class Executor:
                 steps.append((node.uid, self._evaluator(node), tuple(c.uid for c in node.inputs),
                               tuple(sorted(self._deps[node.uid])), frees))
             self._needed[key] = steps
+        return self._needed[key]
+
+    def _is_small(self, outs, schedule) -> bool:
+        """Whether evaluating `schedule` is small work with a product BLAS would thread (once per outputs)."""
+        key = ("small",) + tuple(o.uid for o in outs)
+        if key not in self._needed:
+            from sparsad.tensor.cost import node_cost
+
+            costs = [node_cost(node) for node in schedule if node.inputs]
+            self._needed[key] = sum(costs) < self.serial_below_flops and max(costs, default=0) >= BLAS_THREADS_FROM_FLOPS
         return self._needed[key]
 
     def _evaluator(self, node: Node):
@@ -524,5 +558,12 @@ class Executor:
 
 
 def evaluate(nodes: Node | Sequence[Node], feed_dict: Mapping, backend: str = "numpy", **options) -> list:
-    """One-shot convenience: Executor(nodes, backend).run(feed_dict)."""
+    """One-shot convenience: Executor(nodes, backend).run(feed_dict).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> [float(v) for v in T.evaluate([x.sum(), T.einsum("i,i->", x, x)], {x: np.array([1., 2.])})]
+    [3.0, 5.0]
+    """
     return Executor(nodes, backend, **options).run(feed_dict)

@@ -42,7 +42,13 @@ def _bond_shape(ranks: list[int], i: int, num: int) -> list[int]:
 
 
 def mps(num: int, ranks: Sequence[int], size: int = 2, name: str = "A") -> tuple[Einsum, list[Variable]]:
-    """(the full state as one einsum of shape (size,) * num, the site Variables A0..A{num-1})."""
+    """(the full state as one einsum of shape (size,) * num, the site Variables A0..A{num-1}).
+
+    >>> from sparsad import tensor as T
+    >>> state, sites = T.mps(3, [2, 2], size=2)
+    >>> state.shape, [site.shape for site in sites]
+    ((2, 2, 2), [(2, 2), (2, 2, 2), (2, 2)])
+    """
     ranks = _check(num, ranks, size, "mps")
     letters = iter(fresh_letters(2 * num))
     bonds = [next(letters) for _ in ranks]
@@ -59,7 +65,13 @@ def mps(num: int, ranks: Sequence[int], size: int = 2, name: str = "A") -> tuple
 
 def mpo(num: int, ranks: Sequence[int], size: int = 2, name: str = "H",
         symmetric: bool = True) -> tuple[Einsum, list[Variable]]:
-    """(the full operator as one einsum, up axes then down axes; the site Variables)."""
+    """(the full operator as one einsum, up axes then down axes; the site Variables).
+
+    >>> from sparsad import tensor as T
+    >>> op, sites = T.mpo(2, [3], size=2)
+    >>> op.shape, [site.shape for site in sites]
+    ((2, 2, 2, 2), [(3, 2, 2), (3, 2, 2)])
+    """
     ranks = _check(num, ranks, size, "mpo")
     letters = iter(fresh_letters(3 * num))
     bonds = [next(letters) for _ in ranks]

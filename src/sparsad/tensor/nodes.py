@@ -21,7 +21,13 @@ SPARSE_FORMATS = ("coo", "csr")
 
 
 class Node:
-    """Base class: an immutable vertex of an einsum graph."""
+    """Base class: an immutable vertex of an einsum graph.
+
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2, 3))
+    >>> isinstance(x, T.Node), x.shape, x.ndim
+    (True, (2, 3), 2)
+    """
 
     __slots__ = ("inputs", "shape", "uid")
 
@@ -188,6 +194,16 @@ class Variable(Node):
     symmetry=[[0, 1]] declares the value symmetric under swapping those axes (groups of any size,
     checked on every feed). orthonormal="column" declares a matrix M with M @ M.T = I (contracting
     its second axis with itself gives an identity), "row" one with M.T @ M = I; also checked.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> S = T.Variable("S", (2, 2), symmetry=[[0, 1]])
+    >>> T.evaluate(S.sum(), {S: np.array([[1., 2.], [2., 1.]])})[0]
+    np.float64(6.0)
+    >>> T.evaluate(S.sum(), {"S": np.array([[1., 2.], [0., 1.]])})
+    Traceback (most recent call last):
+    ...
+    sparsad.errors.InputError: ...
     """
 
     __slots__ = ("name", "sparse", "_symmetry", "orthonormal")
@@ -238,7 +254,14 @@ class Variable(Node):
 
 
 class Constant(Node):
-    """A fixed array baked into the graph."""
+    """A fixed array baked into the graph.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> c = T.Constant(np.array([1., 2.]))
+    >>> T.evaluate(2 * c, {})[0]
+    array([2., 4.])
+    """
 
     __slots__ = ("value", "name")
 
@@ -265,7 +288,14 @@ class Constant(Node):
 
 
 class Identity(Node):
-    """The n x n identity matrix (§4.2): the building block of explicit Jacobians."""
+    """The n x n identity matrix (§4.2): the building block of explicit Jacobians.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> T.evaluate(T.einsum("ij,j->i", T.Identity(2), x), {x: np.array([1., 2.])})[0]
+    array([1., 2.])
+    """
 
     __slots__ = ("n",)
 
@@ -285,7 +315,13 @@ class Identity(Node):
 
 class Zeros(Constant):
     """An all-zero constant. The optimizer recognises zeros by this type (and by looking at small
-    constants' values), never by a name: a Constant named "zeros" is just a Constant."""
+    constants' values), never by a name: a Constant named "zeros" is just a Constant.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> T.evaluate(T.Zeros((2,)), {})[0]
+    array([0., 0.])
+    """
 
     __slots__ = ()
 
@@ -307,7 +343,13 @@ class Zeros(Constant):
 
 
 def zeros(shape: Sequence[int]) -> Zeros:
-    """An all-zero tensor of `shape` (e.g. a direction that an HVP should prune away)."""
+    """An all-zero tensor of `shape` (e.g. a direction that an HVP should prune away).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> T.evaluate(T.zeros((2,)), {})[0]
+    array([0., 0.])
+    """
     return Zeros(shape)
 
 
@@ -360,7 +402,18 @@ def parse_subscripts(subscripts: str, n_operands: int) -> tuple[tuple[str, ...],
 
 
 class Einsum(Node):
-    """A tensor contraction in Einstein notation over any number of operands."""
+    """A tensor contraction in Einstein notation over any number of operands.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> x = T.Variable("x", (2,))
+    >>> y = T.Einsum("ij,j->i", A, x)
+    >>> y.shape
+    (2,)
+    >>> T.evaluate(y, {A: np.eye(2), x: np.array([1., 2.])})[0]
+    array([1., 2.])
+    """
 
     __slots__ = ("in_subs", "out_sub")
 
@@ -414,13 +467,28 @@ class Einsum(Node):
 
 
 def einsum(subscripts: str, *operands: Node) -> Einsum:
-    """Build an Einsum node, e.g. ``einsum("ij,jk->ik", A, B)``; shapes are checked now."""
+    """Build an Einsum node, e.g. ``einsum("ij,jk->ik", A, B)``; shapes are checked now.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> B = T.Variable("B", (2, 4))
+    >>> T.einsum("ij,jk->ik", A, B).shape
+    (2, 4)
+    """
     return Einsum(subscripts, *operands)
 
 
 def tensordot(a: Node, b: Node, axes: int | Sequence = 2) -> Einsum:
     """numpy.tensordot: `axes` an integer (the last `axes` of a meet the first of b) or a pair
-    (axes of a, axes of b) of integers or equal-length lists; free axes of a, then of b, remain."""
+    (axes of a, axes of b) of integers or equal-length lists; free axes of a, then of b, remain.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> a, b = T.Variable("a", (2, 3)), T.Variable("b", (3, 4))
+    >>> T.tensordot(a, b, 1).shape, T.tensordot(a, b, [[1], [0]]).shape
+    ((2, 4), (2, 4))
+    """
     if not isinstance(a, Node) or not isinstance(b, Node):
         raise InputError("tensordot: a and b must be graph nodes")
     if isinstance(axes, numbers.Integral) and not isinstance(axes, bool):
@@ -479,19 +547,40 @@ def _first_mismatch(a, b) -> int:
 
 
 class Add(_Binary):
-    """Elementwise a + b of equal shapes."""
+    """Elementwise a + b of equal shapes.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> a, b = T.Variable("a", (2,)), T.Variable("b", (2,))
+    >>> T.evaluate(T.Add(a, b), {a: np.array([1., 2.]), b: np.array([3., 5.])})[0]
+    array([4., 7.])
+    """
     __slots__ = ()
     symbol = "+"
 
 
 class Sub(_Binary):
-    """Elementwise a - b of equal shapes."""
+    """Elementwise a - b of equal shapes.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> a, b = T.Variable("a", (2,)), T.Variable("b", (2,))
+    >>> T.evaluate(a - b, {a: np.array([1., 2.]), b: np.array([3., 5.])})[0]
+    array([-2., -3.])
+    """
     __slots__ = ()
     symbol = "-"
 
 
 class Scale(Node):
-    """coef * x for a real scalar `coef` (a number or a SymPy number)."""
+    """coef * x for a real scalar `coef` (a number or a SymPy number).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> T.evaluate(T.Scale(3, x), {x: np.array([1., 2.])})[0]
+    array([3., 6.])
+    """
 
     __slots__ = ("coef",)
 
@@ -563,7 +652,14 @@ ELEMENTWISE = {
 
 
 class Elementwise(Node):
-    """f(x) applied entry by entry, f one of ELEMENTWISE."""
+    """f(x) applied entry by entry, f one of ELEMENTWISE.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> T.evaluate(T.Elementwise("exp", x), {x: np.zeros(2)})[0]
+    array([1., 1.])
+    """
 
     __slots__ = ("fn",)
 
@@ -592,7 +688,10 @@ def _make_fn(name):
         return Elementwise(name, x)
 
     fn.__name__ = name
-    fn.__doc__ = f"Elementwise {name}(x)."
+    fn.__doc__ = (f"Elementwise {name}(x), as numpy.{name}.\n\n"
+                  ">>> import numpy as np\n>>> from sparsad import tensor as T\n"
+                  '>>> x = T.Variable("x", (2,)); v = np.array([0.5, 2.0])\n'
+                  f">>> bool(np.allclose(T.evaluate(T.{name}(x), {{x: v}})[0], np.{name}(v)))\nTrue\n")
     return fn
 
 
@@ -601,7 +700,14 @@ exp, log, sin, cos, tanh, sqrt, reciprocal, square = (
 
 
 class Power(Node):
-    """x ** exponent entry by entry, for a real exponent (x ** 2, ** -1, ** 0.5 build cheaper nodes)."""
+    """x ** exponent entry by entry, for a real exponent (x ** 2, ** -1, ** 0.5 build cheaper nodes).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> T.evaluate(T.Power(x, 3), {x: np.array([1., 2.])})[0]
+    array([1., 8.])
+    """
 
     __slots__ = ("exponent",)
 
@@ -630,12 +736,26 @@ class Power(Node):
 
 
 def power(x: Node, exponent: float) -> Node:
-    """x ** exponent entry by entry, e.g. ``power(x, 3)`` or ``power(x, -0.5)``."""
+    """x ** exponent entry by entry, e.g. ``power(x, 3)`` or ``power(x, -0.5)``.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> T.evaluate(T.power(x, -1), {x: np.array([1., 2.])})[0]
+    array([1. , 0.5])
+    """
     return x ** exponent
 
 
 def norm(x: Node) -> Node:
-    """The Frobenius (2-)norm sqrt(sum x^2) of a tensor of any order, a scalar node."""
+    """The Frobenius (2-)norm sqrt(sum x^2) of a tensor of any order, a scalar node.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> T.evaluate(T.norm(x), {x: np.array([3., 4.])})[0]
+    np.float64(5.0)
+    """
     if not isinstance(x, Node):
         raise InputError("norm: x must be a graph node")
     letters = "".join(get_symbol(i) for i in range(x.ndim))
@@ -643,7 +763,15 @@ def norm(x: Node) -> Node:
 
 
 class Sum(Node):
-    """Sum of x over `axes` (all axes when None)."""
+    """Sum of x over `axes` (all axes when None).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> a = np.array([[1., 2.], [3., 4.]])
+    >>> T.evaluate([T.Sum(A, 0), A.sum()], {A: a})
+    [array([4., 6.]), np.float64(10.0)]
+    """
 
     __slots__ = ("axes",)
 
@@ -677,7 +805,16 @@ class Sum(Node):
 
 
 class Transpose(Node):
-    """Axes of x permuted: out.shape[i] == x.shape[perm[i]]."""
+    """Axes of x permuted: out.shape[i] == x.shape[perm[i]].
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> a = np.array([[1., 2.], [3., 4.]])
+    >>> T.evaluate(T.Transpose(A, (1, 0)), {A: a})[0]
+    array([[1., 3.],
+           [2., 4.]])
+    """
 
     __slots__ = ("perm",)
 
@@ -703,11 +840,27 @@ class Transpose(Node):
 
 
 def transpose(x: Node, perm: Sequence[int] | None = None) -> Transpose:
+    """Axes of x permuted by `perm` (reversed when None), like numpy.transpose.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> t = T.Variable("t", (2, 3, 4))
+    >>> T.transpose(t).shape, T.transpose(t, (1, 0, 2)).shape
+    ((4, 3, 2), (3, 2, 4))
+    """
     return Transpose(x, tuple(reversed(range(x.ndim))) if perm is None else perm)
 
 
 class TensorInverse(Node):
-    """numpy.linalg.tensorinv: x of shape P + Q (len(P) == ind) has inverse of shape Q + P."""
+    """numpy.linalg.tensorinv: x of shape P + Q (len(P) == ind) has inverse of shape Q + P.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> T.evaluate(T.TensorInverse(A, 1), {A: 2 * np.eye(2)})[0]
+    array([[0.5, 0. ],
+           [0. , 0.5]])
+    """
 
     __slots__ = ("ind",)
 
@@ -734,7 +887,15 @@ class TensorInverse(Node):
 
 
 def tensorinv(x: Node, ind: int | None = None) -> TensorInverse:
-    """Tensor inverse; `ind` defaults to half the order (a Hessian of shape X.shape + X.shape)."""
+    """Tensor inverse; `ind` defaults to half the order (a Hessian of shape X.shape + X.shape).
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> A = T.Variable("A", (2, 2))
+    >>> T.evaluate(T.tensorinv(A), {A: np.array([[2., 0.], [0., 4.]])})[0]
+    array([[0.5 , 0.  ],
+           [0.  , 0.25]])
+    """
     if ind is None:
         if x.ndim % 2:
             raise ShapeError(f"tensorinv: {x.label} has odd order {x.ndim}; pass ind explicitly")
@@ -755,6 +916,17 @@ class SampleAt(Node):
     This is how gradients with respect to sparse Variables are masked (the sparsad convention):
     an einsum under SampleAt is evaluated at the pattern's coordinates only (a sampled einsum),
     never densely.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> import scipy.sparse
+    >>> X = T.Variable("X", (2, 2), sparse="coo"); W = T.Variable("W", (2, 2))
+    >>> g = T.grad(T.einsum("ij,ij->", X, W), X)   # dloss/dX = W, read at X's entries only
+    >>> type(g).__name__
+    'SampleAt'
+    >>> T.evaluate(g, {X: scipy.sparse.coo_matrix(np.eye(2)), W: np.ones((2, 2))})[0].todense()
+    array([[1., 0.],
+           [0., 1.]])
     """
 
     __slots__ = ()

@@ -25,6 +25,7 @@ from sparsad.tensor.fuse import fuse
 from sparsad.tensor.inverse import decompose_inverses
 from sparsad.tensor.graph import variables
 from sparsad.tensor.nodes import Node
+from sparsad.tensor.paths import DEFAULT_PATH
 from sparsad.tensor.prune import prune
 from sparsad.tensor.simplify import simplify
 from sparsad.tensor.transposes import fold_transposes
@@ -57,16 +58,26 @@ def symbolic(nodes: Sequence[Node], max_rounds: int = 8) -> list[Node]:
     return graph
 
 
-def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, path: str = "greedy",
+def optimize(nodes: Node | Sequence[Node], *, passes: Sequence[str] = PASSES, path: str = DEFAULT_PATH,
              memory_limit: int | None = None, dimension_tree: Sequence[Node] | None = None,
              guard: bool = True):
     """The optimized graph (same values, cheaper): returns a node for a node, a list for a list.
 
-    passes: any subset of ("fuse", "symbolic", "path", "cse"). path: opt_einsum strategy
-    ("greedy", "optimal", ...). memory_limit: largest intermediate (elements) a path may plan.
+    passes: any subset of ("fuse", "symbolic", "path", "cse"). path: "cheapest" (the default:
+    the fewer-flops of opt_einsum's greedy and exact orders, the exact ones for einsums of up to
+    10 operands) or any opt_einsum strategy ("greedy", "optimal", "dp", ...). memory_limit: the
+    largest intermediate (elements) a path may plan.
     dimension_tree: sites A_1..A_N when nodes[i] updates A_i in an alternating sweep (§5.4).
     guard: return the input with only path selection and CSE applied when the cost model rates
     that cheaper than the full result.
+
+    >>> import numpy as np
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> y = T.einsum("i,i->", x, x) + T.einsum("j,j->", x, x)
+    >>> fast = T.optimize(y)          # CSE and simplification: 2 * <x, x>
+    >>> T.evaluate([y, fast], {x: np.array([1., 2.])})
+    [np.float64(10.0), np.float64(10.0)]
     """
     single = isinstance(nodes, Node)
     graph = [nodes] if single else list(nodes)

@@ -43,7 +43,16 @@ def _constant(value: np.ndarray) -> str:
 
 
 def to_source(nodes: Node | Sequence[Node], name: str = "run") -> str:
-    """Python source of `def run(<variables>): ... return (<outputs>,)` computing `nodes`."""
+    """Python source of `def run(<variables>): ... return (<outputs>,)` computing `nodes`.
+
+    >>> from sparsad import tensor as T
+    >>> x = T.Variable("x", (2,))
+    >>> source = T.to_source(T.einsum("i,i->", x, x))
+    >>> print(source[source.index("def "):].strip())
+    def run(x):
+        t1 = oe.contract('a,a->', x, x)
+        return (t1,)
+    """
     outs = [nodes] if isinstance(nodes, Node) else list(nodes)
     order = topological(outs)
     taken: set[str] = {"np", "oe", name}
