@@ -138,7 +138,8 @@ class CompiledProgram(Program):
         for name, tensor in stored.items():
             arrays.update(tensor.physical_arrays(name))
         if plan["derived"]:
-            arrays.update(compute_derived(plan["derived"], arrays))
+            derived = compute_derived(plan["derived"], arrays)
+            arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
         plan["arrays"] = arrays
         self._last = plan
         return plan
@@ -163,12 +164,13 @@ class CompiledProgram(Program):
             _, array_types = physical_inputs(stored)
             physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
             derived = derivation_spec(physical, physical_types)  # arrays `interchange` reads
-            physical_types.update(derived_types(physical, physical_types))
+            read = derived_types(physical, physical_types)  # of a transposed pattern, only what is read
+            physical_types.update(read)
         except Exception as error:  # noqa: BLE001 - an optimizer fault must not become the user's error
             plan["reason"] = f"the optimizer failed: {type(error).__name__}: {error}"
             self._fall_back(plan["reason"], "the program as written")
             return plan
-        plan.update(physical=physical, stages=stages, derived=derived)
+        plan.update(physical=physical, stages=stages, derived=derived, derived_read=frozenset(read))
         try:
             from sparsad.codegen import compile_physical
 
