@@ -5,6 +5,7 @@ Index extents flow from the inputs so that results can be given a shape.
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, Mapping
 
 from sparsad.errors import DTypeError, ProgramTypeError, ShapeError
@@ -171,6 +172,11 @@ def _index(t: Type, where: Expr, what: str) -> Int:
     return t
 
 
+# While `lang.keyranges` asks for it: Lookup and Sum nodes (by id) -> the key type of the
+# dictionary they read, so it can tell which input axis a lookup key must lie within.
+RECORD_KEYS: ContextVar[dict | None] = ContextVar("sparsad_record_keys", default=None)
+
+
 def _infer(expr: Expr, env: dict) -> Type:
     match expr:
         case Const(value=v):
@@ -197,6 +203,9 @@ def _infer(expr: Expr, env: dict) -> Type:
             if not isinstance(container, Dict):
                 raise _error(expr, f"cannot look up a key in a value of type {type_to_text(container)}")
             _check_axes_agree(expr, key, container.key)
+            record = RECORD_KEYS.get()
+            if record is not None:
+                record[id(expr)] = (container.key, key)
             return container.value
         case Sum(key=k, val=v, source=s, body=b):
             source = _infer(s, env)
@@ -204,6 +213,9 @@ def _infer(expr: Expr, env: dict) -> Type:
                 return ZERO
             if not isinstance(source, Dict):
                 raise _error(expr, f"sum iterates over a dictionary, got {type_to_text(source)}")
+            record = RECORD_KEYS.get()
+            if record is not None:
+                record[id(expr)] = (source.key, None)
             body = _infer(b, _bind(_bind(env, k, source.key), v, source.value))
             if not is_additive(body):
                 raise _error(b, f"the body of sum must be a number or a dictionary, got {type_to_text(body)}")
