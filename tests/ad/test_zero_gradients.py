@@ -56,3 +56,33 @@ def test_zero_gradient_wrt_a_vector_and_zero_vjp(interpret):
     for result in (g, v):
         assert isinstance(result, np.ndarray)
         np.testing.assert_array_equal(result, np.zeros(4))
+
+
+@pytest.mark.parametrize("interpret", [True, False])
+def test_zero_jacobian_has_the_output_by_input_shape(interpret):
+    A = sp.random(4, 3, density=0.5, format="csr", random_state=2)
+    x = np.arange(3.0)
+    text = "sum(<i, r> in A) { i -> sum(<j, a> in r) a } + 0.0 * sum(<i, a> in x) { i -> a }"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        J = sparsad.jacobian(text, wrt="x", interpret=interpret)(A=A, x=x)
+    assert sp.issparse(J) and J.shape == (4, 3) and not J.toarray().any()
+
+
+def test_a_zero_tangent_inside_a_singleton_joins_any_type_so_the_jacobian_compiles():
+    """{j -> zero tangent} typed as {int -> real} made `tensor 2 + real` a type error in compiled
+    Jacobians of softmax-weighted sums; d/dV of sum_j p_ij V_j is p ⊗ I on M's pattern."""
+    rng = np.random.default_rng(4)
+    M = sp.random(4, 4, density=0.6, format="csr", random_state=rng)
+    V, Q, K = rng.standard_normal((4, 2)), rng.standard_normal((4, 2)), rng.standard_normal((4, 2))
+    text = """sum(<i, r> in M)
+      let s = sum(<j, _> in r) { j -> sum(<k, q> in Q(i)) q * K(j)(k) } in
+      let z = sum(<j, e> in s) exp(e) in
+      { i -> sum(<j, e> in s) (exp(e) / z) * V(j) }"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        J = sparsad.jacobian(text, wrt="V")(M=M, V=V, Q=Q, K=K)
+    scores = np.where(M.toarray() != 0, np.exp(Q @ K.T), 0.0)
+    P = scores / np.where(scores.sum(axis=1, keepdims=True) == 0, 1, scores.sum(axis=1, keepdims=True))
+    expected = np.einsum("ij,dc->idjc", P, np.eye(2))  # J[i, d, j, c] = P[i, j] [d = c]
+    np.testing.assert_allclose(np.asarray(J), expected, atol=1e-12)

@@ -168,10 +168,39 @@ def test_key_checks_skip_keys_the_type_checker_relates():
     assert [(c.name, c.axis, c.extent) for c in shifted] == [("x", 0, 4)]
     assert doubtful(shifted, {"k": 0}) == []
     assert doubtful(shifted, {"k": 1}) == list(shifted)
-    in_range = key_checks(parse("sum(<p, i> in (1:4)) x(i) * x(p + 1)"), types)
+    in_range = key_checks(parse("sum(<p, i> in (1:4)) x(i) * x(p)"), types)
     assert len(in_range) == 2 and doubtful(in_range, {}) == []
-    past_the_end = key_checks(parse("sum(<p, i> in (1:5)) x(i)"), types)
-    assert doubtful(past_the_end, {}) == list(past_the_end)
+    past_the_end = key_checks(parse("sum(<p, i> in (1:4)) x(i) * x(p + 1)"), types)  # (1:4) is {k -> k}
+    assert doubtful(past_the_end, {}) == [past_the_end[1]]
+    window = key_checks(parse("sum(<i, a> in x) a * (sum(<j, y> in x(i:k)) y)"), types)
+    assert [(c.name, c.axis) for c in window] == [("x", 0)]
+    assert doubtful(window, {"k": 4}) == [] and doubtful(window, {"k": 5}) == list(window)
+
+
+@pytest.mark.parametrize("m", [4, 5, 6])
+def test_sub_array_past_the_end_raises_in_every_path(m):
+    x = np.arange(1.0, 6.0)
+    text = "sum(<i, a> in x) a * (sum(<k, y> in x(i:m)) y)"
+    runs = (sparsad.program(text), sparsad.compile(text), sparsad.grad(text, wrt="x"),
+            sparsad.grad(text, wrt="x", interpret=True), sparsad.jvp(text, wrt="x", tangent="dx"))
+    extra = {"dx": np.ones(5)}
+    for run in runs:
+        inputs = dict(x=x, m=m, **(extra if "dx" in run.inputs else {}))
+        if m > 5:
+            with pytest.raises(ShapeError, match="axis 0 of input 'x'"):
+                run(**inputs)
+            continue
+        # closed forms: f = sum_i x_i * S_i with S_i = sum_{i <= k < m} x_k
+        suffix = np.array([x[i:m].sum() for i in range(5)])
+        value = float(x @ suffix)
+        gradient = suffix + np.array([x[: min(k, m - 1) + 1].sum() if k < m else 0.0 for k in range(5)])
+        result = run(**inputs)
+        if run in runs[:2]:
+            assert result == pytest.approx(value, rel=1e-12)
+        elif "dx" in inputs:
+            assert result == pytest.approx(float(gradient.sum()), rel=1e-12)
+        else:
+            np.testing.assert_allclose(result, gradient, rtol=1e-12)
 
 
 def parse_int():

@@ -24,11 +24,13 @@ from numbers import Integral
 from typing import Any, Mapping
 
 from sparsad.lang.printer import to_text
-from sparsad.lang.syntax import Binary, Const, Expr, Let, LetTuple, Lookup, Range, Sum, Var, children, free_vars
+from sparsad.lang.syntax import (Binary, Const, Expr, Let, LetTuple, Lookup, Range, SubArray, Sum, Var, children,
+                                 free_vars)
 from sparsad.lang.types import Int, Type
 
 # An interval expression: ("const", c), ("scalar", name), ("extent", n) = [0, n - 1],
 # ("range", start, end) = [start, end - 1], (op, left, right) for + - *; None = unknown.
+# A sub-array's check holds ("window", start, end): both ends within [0, extent].
 IV = tuple | None
 
 
@@ -67,11 +69,9 @@ def _visit(expr: Expr, env: dict, record: dict, found: list) -> None:
         case Sum(key=k, val=v, source=s, body=b):
             _visit(s, env, record, found)
             inner = dict(env)
-            if isinstance(s, Range):  # <position, value> pairs: (0:end - start) and (start:end)
+            if isinstance(s, Range):  # (start:end) is {k -> k}: key and value both in [start, end)
                 start, end = _interval(s.start, env), _interval(s.end, env)
-                span = None if start is None or end is None else ("-", end, start)
-                inner[k] = None if span is None else ("range", ("const", 0), span)
-                inner[v] = None if span is None else ("range", start, end)
+                inner[k] = inner[v] = None if start is None or end is None else ("range", start, end)
             else:
                 key_type = record.get(id(expr), (None, None))[0]
                 extent = getattr(key_type, "extent", None)
@@ -97,6 +97,11 @@ def _visit(expr: Expr, env: dict, record: dict, found: list) -> None:
                 check = _check(expr, axis_type, key_type, env)
                 if check is not None:
                     found.append(check)
+        case SubArray(start=start, end=end):
+            axis = record.get(id(expr), (None, None))[0]
+            if isinstance(axis, Int) and axis.origin is not None and axis.extent is not None:
+                found.append(KeyCheck(" ".join(to_text(expr).split()), axis.origin[0], axis.origin[1],
+                                      int(axis.extent), ("window", _interval(start, env), _interval(end, env))))
     for child in children(expr):
         _visit(child, env, record, found)
 
@@ -157,6 +162,13 @@ def doubtful(checks: tuple[KeyCheck, ...], scalars: Mapping[str, Any]) -> list[K
     """The checks whose key interval, on these scalar inputs, is unknown or leaves the axis."""
     result = []
     for check in checks:
+        if check.key is not None and check.key[0] == "window":  # a sub-array (start:end): within [0, extent]
+            start, end = evaluate(check.key[1], scalars), evaluate(check.key[2], scalars)
+            if start is None or end is None:
+                continue
+            if "unknown" in (start, end) or start[0] < 0 or end[1] > check.extent:
+                result.append(check)
+            continue
         interval = evaluate(check.key, scalars)
         if interval is None:
             continue

@@ -192,8 +192,8 @@ def _infer(expr: Expr, env: dict) -> Type:
             if isinstance(key, Bool) or not isinstance(key, (Int, Zero)):
                 raise _error(k, f"dictionary keys must be int, got {type_to_text(key)}")
             value = _infer(v, env)
-            if isinstance(value, Zero):
-                value = REAL
+            if isinstance(value, Zero):  # {k -> {}} is the zero of any dictionary type: it joins any
+                return ZERO
             return Dict(Int(extent=key.extent, origin=key.origin) if isinstance(key, Int) else INT, value)
         case Lookup(dict=d, key=k):
             container = _infer(d, env)
@@ -274,6 +274,9 @@ def _infer(expr: Expr, env: dict) -> Type:
             _index(_infer(e, env), e, "the end of a sub-array")
             if isinstance(array, Zero):  # a window of the empty dictionary is empty (zero tangents)
                 return array
+            record = RECORD_KEYS.get()
+            if record is not None and isinstance(array, Dict):
+                record[id(expr)] = (array.key, None)
             if not isinstance(array, Dict):
                 raise _error(expr, f"a sub-array needs an array, got {type_to_text(array)}")
             return Dict(Int(array.key.dense, array.key.extent), array.value)  # keys: a part of the axis
