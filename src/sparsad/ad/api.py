@@ -303,13 +303,13 @@ class Derivative(Program):
     def _shaped_zero(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str) -> Any:
         """A gradient or vjp that is identically zero comes back as the zero of wrt's type: zeros
         of its shape (dense) or on its pattern (sparse), the type a non-zero one has, not 0.0."""
-        if out_format == "value" or not _is_zero(result):
+        if out_format == "value":
             return result
         if self.kind in ("jvp", "jacobian"):
-            return self._zero_output(result, wrt, inputs, out_format)
+            return self._zero_output(result, wrt, inputs, out_format) if _is_zero(result) else result
         value = inputs.get(wrt)
-        shape = getattr(value, "shape", None)
-        if shape is None or len(shape) == 0 or not _is_zero(result) or getattr(result, "shape", None) == shape:
+        shape = getattr(value, "shape", None)  # the cheap test first: this runs on every call
+        if shape is None or len(shape) == 0 or getattr(result, "shape", None) == shape or not _is_zero(result):
             return result
         import numpy as np
 
