@@ -194,7 +194,15 @@ def test_unchanged_scipy_inputs_are_converted_once_and_changes_in_place_are_seen
 
 # -- sub-arrays and range sums compile; forward mode takes sum(<_, i> in (lo:hi)) ------------------
 
-@pytest.mark.parametrize("lo,hi", [(2, 5), (5, 12), (0, 0), (3, 3)])
+def test_sub_arrays_past_the_end_raise_as_in_the_interpreter():
+    x = np.ones(8)
+    text = "sum(<i, a> in x(lo:hi)) a * a * i"
+    for run in (sparsad.program(text), compile_program(text), sparsad.grad(text, "x")):
+        with pytest.raises(sparsad.errors.ShapeError, match="axis 0 of input 'x'"):
+            run(x=x, lo=5, hi=12)
+
+
+@pytest.mark.parametrize("lo,hi", [(2, 5), (5, 8), (0, 0), (3, 3), (6, 2)])
 def test_sub_arrays_of_dense_vectors_compile_and_match_numpy(lo, hi):
     import warnings
 

@@ -19,6 +19,7 @@ from sparsad.errors import (FallbackWarning, InputError, OptionError, SparsadErr
 from sparsad.formats import StoredTensor, as_format
 from sparsad.formats.levels import Singleton
 from sparsad.lang.interpret import evaluate
+from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
 from sparsad.lang.program import OUT_FORMATS, Program, program as make_program, to_natural
 from sparsad.lang.syntax import Expr
@@ -130,6 +131,7 @@ class CompiledProgram(Program):
             dense = self.dense_like in stored and stored[self.dense_like].format.is_dense
             self._plans[key] = self._make_plan(logical_types, stored, dense)
         plan = self._plans[key]
+        self._check_keys(plan, inputs)
         if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
             plan["inputs"] = dict(inputs)
             self._last = plan
@@ -144,6 +146,19 @@ class CompiledProgram(Program):
         self._last = plan
         return plan
 
+    def _check_keys(self, plan: dict, inputs: Mapping[str, Any]) -> None:
+        """The interpreter's ShapeError when a lookup of the program (for a derivative: of the
+        primal, where the derivative is defined) reads outside an input's axis; compiled code
+        would read a zero there. Free unless a key's interval may leave its axis."""
+        if not plan["key_checks"]:
+            return
+        doubt = check_lookups(self.base.expr, plan["key_checks"], inputs)
+        if doubt and not plan.get("warned_keys"):
+            plan["warned_keys"] = True
+            warnings.warn(f"sparsad.compile: {self.label}: {doubt[0].message()}; each call checks the "
+                          "program's lookups in the interpreter before the kernel runs", FallbackWarning,
+                          stacklevel=4)
+
     def _make_plan(self, logical_types: dict, stored: dict, dense: bool = False) -> dict:
         """Optimize and generate code for one signature of the inputs (types, formats, dtypes).
         `dense`: the result is dense (a derivative w.r.t. a dense input) and becomes an ndarray."""
@@ -157,7 +172,9 @@ class CompiledProgram(Program):
         if dense:  # a derivative on the pattern of a dense input has that input's shape
             shape = tuple(stored[self.dense_like].shape)
         output = "dense" if dense and self.output == "auto" else self.output
+        base_types = {n: t for n, t in logical_types.items() if n in self.base._input_names()}
         plan = dict(logical=logical, physical=None, stages={}, kernel=None, result_type=result_type,
+                    key_checks=key_checks(self.base.expr, base_types),
                     shape=shape, reason=None, derived=(), natural="dense" if output == "dense" else "natural")
         try:
             physical, stages = optimize(logical, logical_types, stored, self.passes, where=f" on {self.label}")

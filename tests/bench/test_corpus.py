@@ -48,9 +48,6 @@ TOL = 1e-9
 # (program, wrt, kind) -> (exception type raised today, what it says). A wrong answer would be
 # listed with AssertionError. Update this table when the compiler fixes a case.
 KNOWN_ISSUES: dict[tuple[str, str, str], tuple[type, str]] = {
-    ("gcn_two_layer", "W2", "jacobian"): (ProgramTypeError, "the operands of + have incompatible types tensor 2 and real"),
-    ("attn_output", "V", "jacobian"): (ProgramTypeError, "the operands of + have incompatible types tensor 2 and real"),
-    ("attn_loss", "V", "jacobian"): (ProgramTypeError, "the operands of + have incompatible types tensor 2 and real"),
     ("p_norm", "x", "grad"): (ProgramTypeError, "pow takes a constant exponent (the exponent 1.0 / 3.0)"),
     ("p_norm", "x", "jacobian"): (ProgramTypeError, "pow takes a constant exponent (the exponent 1.0 / 3.0)"),
     ("p_norm", "x", "vjp"): (ProgramTypeError, "pow takes a constant exponent (the exponent 1.0 / 3.0)"),

@@ -11,15 +11,16 @@ from typing import Any, Iterable, Mapping
 from sparsad.ad.forward import forward, tangent_name, tensorized
 from sparsad.ad.guess import guess_types
 from sparsad.ad.reverse import reverse
-from sparsad.errors import InputError, OptionError, UnsupportedError, check_option
+from sparsad.errors import InputError, OptionError, ProgramTypeError, UnsupportedError, check_option
 from sparsad.lang import values as V
 from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
+from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
 from sparsad.lang.program import Program, program as make_program, to_natural
 from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var
 from sparsad.lang.typecheck import infer, value_type
-from sparsad.lang.types import Dict, Real, Type, Zero, tensor_order, type_to_text
+from sparsad.lang.types import Dict, Real, Type, Zero, extents, tensor_order, type_to_text
 from sparsad.opt.dce import eliminate_dead_lets
 from sparsad.opt.inline import inline_atoms
 
@@ -253,22 +254,26 @@ class Derivative(Program):
         # every kind compiles but grad/jacobian in mode="forward" (one interpreted pass per direction)
         by_directions = self.kind in ("grad", "jacobian") and self.mode == "forward"
         if not self.interpret and not by_directions:
+            call_inputs = dict(primal_inputs)
             if self.seed_name:
-                primal_inputs[self.seed_name] = inputs[self.seed_name]
-            if len(self.wrt) == 1:
-                return self._compiled_for(self.wrt[0])(out_format=out_format, **primal_inputs)
-            return {w: self._compiled_for(w)(out_format=out_format, **primal_inputs) for w in self.wrt}
-        if not self.interpret:
-            import warnings
-
-            from sparsad.compiler import _short
-            from sparsad.errors import FallbackWarning
-
-            warnings.warn(f"sparsad: {self.kind} of `{_short(self.primal.text())}` in mode='forward' runs in "
-                          "the interpreter, one pass per entry of the input (use the default mode to compile)",
-                          FallbackWarning, stacklevel=2)
+                call_inputs[self.seed_name] = inputs[self.seed_name]
+            try:
+                results = {w: self._shaped_zero(self._compiled_for(w)(out_format=out_format, **call_inputs),
+                                                w, inputs, out_format) for w in self.wrt}
+                return results[self.wrt[0]] if len(self.wrt) == 1 else results
+            except ProgramTypeError as error:
+                # the user's own type errors first; otherwise the derivative program we built does
+                # not type-check for the compiler (an internal fault): the interpreter runs it
+                infer(self.primal.expr, {**{n: value_type(v) for n, v in primal_inputs.items()}, **self.declared})
+                self._warn_fallback(f"the derivative program does not type-check for compilation ({error})")
+        elif not self.interpret:
+            self._warn_fallback("mode='forward' makes one pass per entry of the input; use the default "
+                                "mode to compile")
         types = {name: value_type(value) for name, value in primal_inputs.items()}
         types.update(self.declared)
+        # the derivative is defined where the program is: a lookup outside an input's shape is
+        # the ShapeError `program(...)(...)` raises (the derivative program may not read that key)
+        check_lookups(self.primal.expr, key_checks(self.primal.expr, types), primal_inputs)
         for wrt, expr in self.exprs(types).items():
             if self.kind != "jvp" and self.resolved_mode(types) == "forward":
                 value, result_type = self._forward_by_directions(expr, wrt, inputs, types)
@@ -278,12 +283,63 @@ class Derivative(Program):
                     env_types[self.seed_name] = value_type(inputs[self.seed_name])
                 if self.kind == "jvp":
                     env_types[tangent_name(wrt) if self.seed_name is None else self.seed_name] = types[wrt]
-                value = evaluate(expr, inputs)
+                value = evaluate(expr, inputs, check_shapes=True)
                 result_type = _result_type(expr, env_types, self.output_type(types), types[wrt], self.kind)
             if out_format == "natural":
                 out_format = self._natural_format(wrt, inputs, result_type)
-            results[wrt] = value if out_format == "value" else to_natural(value, result_type, out_format)
+            results[wrt] = value if out_format == "value" else \
+                self._shaped_zero(to_natural(value, result_type, out_format), wrt, inputs, out_format)
         return results[self.wrt[0]] if len(self.wrt) == 1 else results
+
+    def _warn_fallback(self, why: str) -> None:
+        import warnings
+
+        from sparsad.compiler import _short
+        from sparsad.errors import FallbackWarning
+
+        warnings.warn(f"sparsad: {self.kind} of `{_short(self.primal.text())}` runs in the interpreter, not "
+                      f"as a compiled kernel: {_short(why, 300)}", FallbackWarning, stacklevel=3)
+
+    def _shaped_zero(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str) -> Any:
+        """A gradient or vjp that is identically zero comes back as the zero of wrt's type: zeros
+        of its shape (dense) or on its pattern (sparse), the type a non-zero one has, not 0.0."""
+        if out_format == "value":
+            return result
+        if self.kind in ("jvp", "jacobian"):
+            return self._zero_output(result, wrt, inputs, out_format) if _is_zero(result) else result
+        value = inputs.get(wrt)
+        shape = getattr(value, "shape", None)  # the cheap test first: this runs on every call
+        if shape is None or len(shape) == 0 or getattr(result, "shape", None) == shape or not _is_zero(result):
+            return result
+        import numpy as np
+
+        from sparsad.formats import StoredTensor
+
+        dense = isinstance(value, np.ndarray) or (isinstance(value, StoredTensor) and value.format.is_dense)
+        if dense and out_format in ("natural", "dense"):
+            dtype = np.float32 if getattr(value, "dtype", None) == np.float32 else np.float64
+            return np.zeros(tuple(shape), dtype)
+        zeros = _zero_leaves(V.from_input(value, wrt, shapes=False))
+        wrt_type = value_type(value)
+        if out_format == "natural":
+            out_format = "csr" if len(shape) == 2 else "natural"
+        return to_natural(zeros, wrt_type, out_format)
+
+    def _zero_output(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str) -> Any:
+        """A zero jvp (the output's type) or Jacobian (output ⊗ wrt) with the shape its types give."""
+        names = self.primal._input_names()
+        types = {name: value_type(value) for name, value in inputs.items() if name in names}
+        types.update(self.declared)
+        out = self.output_type(types)
+        full = out if self.kind == "jvp" else _tensor_product_type(out, types[wrt])
+        shape = extents(full)
+        order = tensor_order(_real_leaves(full))
+        if not order or len(shape) != order or any(e is None for e in shape) or \
+                getattr(result, "shape", None) == tuple(shape):
+            return result
+        if out_format == "natural":
+            out_format = "csr" if order == 2 else "natural"
+        return to_natural({}, full, out_format)
 
     def _natural_format(self, wrt: str, inputs: Mapping[str, Any], result_type: Type) -> str:
         """The output type the compiled derivative gives, decided by types and formats, never by
@@ -311,10 +367,35 @@ class Derivative(Program):
             for key in reversed(path):
                 direction = {key: direction}
             env[tangent_name(wrt)] = direction
-            column = evaluate(expr, env)
+            column = evaluate(expr, env, check_shapes=True)
             result = V.add(result, _attach(column, path))
         out = self.output_type(types)
         return result, _tensor_product_type(out, types[wrt])
+
+
+def _real_leaves(t: Type) -> Type:
+    return Dict(t.key, _real_leaves(t.value)) if isinstance(t, Dict) else Real()
+
+
+def _is_zero(result: Any) -> bool:
+    """Whether a derivative's value is zero everywhere (a number, dict, array or sparse matrix)."""
+    if isinstance(result, dict):
+        return all(_is_zero(v) for v in result.values())
+    if isinstance(result, (int, float)):
+        return result == 0
+    data = getattr(result, "data", None) if hasattr(result, "tocoo") else result
+    try:
+        import numpy as np
+
+        return not np.any(np.asarray(data))
+    except Exception:  # noqa: BLE001 - not a numeric value: keep it as it is
+        return False
+
+
+def _zero_leaves(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _zero_leaves(v) for k, v in value.items()}
+    return 0.0
 
 
 def _bind_tangent(body: Expr, wrt: str, seed_name: str | None) -> Expr:

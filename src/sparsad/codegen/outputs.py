@@ -39,9 +39,9 @@ import numpy as np
 from sparsad.codegen.ir import (OUTPUT, Accumulate, Assign, For, ForItems, IfThen, Load,
                                 LoopProgram, Num, Op, Ref, accumulates)
 from sparsad.errors import FormatError, InputError, UnsupportedError
+from sparsad.lang.types import DENSE_AUTO_LIMIT
 
 OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace", "pattern")
-DENSE_AUTO_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from sparsad.lang.parse import check_depth, parse
 from sparsad.lang.printer import to_text
 from sparsad.lang.syntax import Expr, Lookup, Var, free_vars, walk
 from sparsad.lang.typecheck import infer, value_type
-from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero, parse_type, tensor_order
+from sparsad.lang.types import (DENSE_AUTO_LIMIT, Bool, Dict, Int, Real, Type, Zero, extents, parse_type,
+                                tensor_order)
 
 OUT_FORMATS = ("natural", "dense", "csr", "csc", "coo", "dict", "value")
 
@@ -156,17 +157,18 @@ def to_natural(value: Any, result_type: Type, out_format: str = "natural") -> An
     if out_format == "dict" or order is None or order == 0:
         return value
     shape = _shape(value, result_type, order)
+    if out_format == "natural" and order >= 3:
+        # as compiled code (codegen.outputs, output="auto"): from the type's extents, not the values
+        known = [e for e in extents(_leaves_as_real(result_type))[:order] if e is not None]
+        if len(known) < order or float(np.prod(known, dtype=np.float64)) > DENSE_AUTO_LIMIT:
+            return value
+        out_format = "dense"
     if out_format == "natural":
         stored = _count_leaves(value)
         full = 1
         for extent in shape:
             full *= extent
-        if order == 1 or stored == full:
-            out_format = "dense"
-        elif order == 2:
-            out_format = "csr"
-        else:
-            return value
+        out_format = "dense" if order == 1 or stored == full else "csr"
     from sparsad.formats import from_logical
 
     return from_logical(value, shape, out_format)

@@ -5,6 +5,7 @@ Index extents flow from the inputs so that results can be given a shape.
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, Mapping
 
 from sparsad.errors import DTypeError, ProgramTypeError, ShapeError
@@ -171,6 +172,11 @@ def _index(t: Type, where: Expr, what: str) -> Int:
     return t
 
 
+# While `lang.keyranges` asks for it: Lookup and Sum nodes (by id) -> the key type of the
+# dictionary they read, so it can tell which input axis a lookup key must lie within.
+RECORD_KEYS: ContextVar[dict | None] = ContextVar("sparsad_record_keys", default=None)
+
+
 def _infer(expr: Expr, env: dict) -> Type:
     match expr:
         case Const(value=v):
@@ -197,6 +203,9 @@ def _infer(expr: Expr, env: dict) -> Type:
             if not isinstance(container, Dict):
                 raise _error(expr, f"cannot look up a key in a value of type {type_to_text(container)}")
             _check_axes_agree(expr, key, container.key)
+            record = RECORD_KEYS.get()
+            if record is not None:
+                record[id(expr)] = (container.key, key)
             return container.value
         case Sum(key=k, val=v, source=s, body=b):
             source = _infer(s, env)
@@ -204,6 +213,9 @@ def _infer(expr: Expr, env: dict) -> Type:
                 return ZERO
             if not isinstance(source, Dict):
                 raise _error(expr, f"sum iterates over a dictionary, got {type_to_text(source)}")
+            record = RECORD_KEYS.get()
+            if record is not None:
+                record[id(expr)] = (source.key, None)
             body = _infer(b, _bind(_bind(env, k, source.key), v, source.value))
             if not is_additive(body):
                 raise _error(b, f"the body of sum must be a number or a dictionary, got {type_to_text(body)}")
@@ -262,6 +274,9 @@ def _infer(expr: Expr, env: dict) -> Type:
             _index(_infer(e, env), e, "the end of a sub-array")
             if isinstance(array, Zero):  # a window of the empty dictionary is empty (zero tangents)
                 return array
+            record = RECORD_KEYS.get()
+            if record is not None and isinstance(array, Dict):
+                record[id(expr)] = (array.key, None)
             if not isinstance(array, Dict):
                 raise _error(expr, f"a sub-array needs an array, got {type_to_text(array)}")
             return Dict(Int(array.key.dense, array.key.extent), array.value)  # keys: a part of the axis

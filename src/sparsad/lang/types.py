@@ -49,6 +49,9 @@ class Zero(Type):
 
 
 REAL, BOOL, INT, DENSE_INT, ZERO = Real(), Bool(), Int(), Int(dense=True), Zero()
+# A result of order >= 3 is a dense array when every extent is known from the types and it has at
+# most this many entries, else a nested dict: one rule for the interpreter and compiled code.
+DENSE_AUTO_LIMIT = 1 << 20
 MAX_ORDER = 32  # a type names at most this many modes (the parser's nesting limit is larger)
 
 
