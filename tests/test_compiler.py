@@ -241,3 +241,21 @@ def test_row_slices_and_range_sums_compile_in_every_derivative_kind():
     assert np.allclose(grad, expected, rtol=1e-12)
     assert tangent == pytest.approx(float(2 * x[1:6] @ dx[1:6]), rel=1e-12)
     assert np.allclose(cotangent, 3.0 * 2 * x * ((np.arange(8) >= 1) & (np.arange(8) < 6)), rtol=1e-12)
+
+
+def test_an_unknown_pass_name_is_the_users_option_error():
+    with pytest.raises(sparsad.OptionError, match="did you mean 'hoist'"):
+        sparsad.compile("sum(<i, a> in x) a * a", passes={"hoistt"})
+
+
+def test_pow_of_signed_zero_follows_ieee_in_both_paths():
+    import warnings
+
+    x = np.array([-0.0, 0.0, 2.0])
+    for exponent in (-1.0, -2.0, -3.0):
+        text = f"sum(<i, a> in x) {{ i -> pow(a, {exponent}) }}"
+        with warnings.catch_warnings(), np.errstate(divide="ignore"):
+            warnings.simplefilter("ignore")
+            expected = np.power(x, exponent)
+            np.testing.assert_array_equal(sparsad.program(text)(x=x), expected)
+            np.testing.assert_array_equal(sparsad.compile(text)(x=x), expected)

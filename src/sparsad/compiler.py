@@ -65,6 +65,10 @@ class CompiledProgram(Program):
         self.declared = dict(base.declared)
         self.formats = dict(formats or {})
         self.output = output
+        unknown = sorted(set(passes) - OPTIONAL_PASSES)
+        if unknown:  # the user's option: an error now, not an "optimizer failed" fallback later
+            raise OptionError(f"passes={unknown} names no optional pass; choose from {sorted(OPTIONAL_PASSES)}"
+                              f"{did_you_mean(unknown[0], OPTIONAL_PASSES)}")
         self.passes = frozenset(passes)
         self._build = build  # types -> logical expr (derivatives build per input types)
         self._plans: dict[tuple, dict] = {}

@@ -201,3 +201,40 @@ def test_solve_gradgradchecks_on_bcsstk01(suitesparse):
                   (lambda L, b: sat.triangular_solve(L, b, transpose=True), L)]:
         assert sat.gradcheck(op, [M, b], fast_mode=True)
         assert sat.gradgradcheck(op, [M, b], fast_mode=True)
+
+
+def test_logdet_under_torch_func_matches_dense_and_a_changed_matrix_is_refused():
+    """log|det| and its gradient under grad/vmap (the sign was NaN there), and no stale factor."""
+    import scipy.sparse as sp_
+
+    import sparsad.torch as st_
+    from sparsad.errors import InputError
+    from sparsad.torch import SparseMatrix as SM
+
+    N0 = sp_.csr_matrix(sp_.random(6, 6, density=0.3, random_state=3) + 3 * sp_.eye(6))
+    N0.sort_indices()
+    A = SM.from_scipy(N0, requires_grad=True)
+    pattern, values = A.pattern, A.values.detach()
+
+    def logdet(w):
+        return st_.logdet(SM._wrap(pattern, w))
+
+    dense = torch.tensor(N0.toarray(), requires_grad=True)
+    torch.logdet(dense).backward()
+    rows = np.repeat(np.arange(6), np.diff(N0.indptr))
+    expected = dense.grad.numpy()[rows, N0.indices]
+    np.testing.assert_allclose(torch.func.grad(logdet)(values).numpy(), expected, rtol=1e-10, atol=1e-12)
+    batched = torch.func.vmap(logdet)(torch.stack([values, 2 * values]))
+    reference = [torch.logdet(torch.tensor(N0.toarray())), torch.logdet(2 * torch.tensor(N0.toarray()))]
+    np.testing.assert_allclose(batched.numpy(), torch.stack(reference).numpy(), rtol=1e-12)
+    flipped = values.clone()
+    flipped[N0.indptr[0]:N0.indptr[1]] *= -1  # one row negated: the determinant changes sign
+    signs, _ = torch.func.vmap(lambda w: st_.slogdet(SM._wrap(pattern, w)))(torch.stack([values, flipped]))
+    assert signs.tolist() == [float(np.sign(np.linalg.det(N0.toarray()))),
+                              -float(np.sign(np.linalg.det(N0.toarray())))]
+
+    lu = st_.splu(A)
+    with torch.no_grad():
+        A.values.mul_(2.0)  # an optimizer step after factoring
+    with pytest.raises(InputError, match="factor it again"):
+        lu.solve(torch.ones(6, dtype=torch.float64))

@@ -128,7 +128,9 @@ def sign(x):
 
 @njit(**_JIT)
 def power(x, y):
-    if x == 0.0 and y < 0:
+    if x == 0.0 and y < 0:  # IEEE: +-inf for an odd integer exponent (the zero's sign), else +inf
+        if y == np.floor(y) and 0.5 * y != np.floor(0.5 * y):
+            return np.copysign(np.inf, x)
         return np.inf
     if x < 0 and y != np.floor(y):
         return np.nan  # a real power of a negative base (numba would go complex)

@@ -27,8 +27,10 @@ def _softplus(x):
 
 
 def _pow(x, y):
-    if x == 0 and y < 0:
-        return x.dtype.type(np.inf) if isinstance(x, np.floating) else np.inf
+    if x == 0 and y < 0:  # IEEE: +-inf for an odd integer exponent (the zero's sign), else +inf
+        odd = y == np.floor(y) and 0.5 * y != np.floor(0.5 * y)
+        value = np.copysign(np.inf, x) if odd else np.inf
+        return x.dtype.type(value) if isinstance(x, np.floating) else float(value)
     if x < 0 and y != np.floor(y):
         return x.dtype.type(np.nan) if isinstance(x, np.floating) else np.nan  # no complex results
     return np.power(x, y)

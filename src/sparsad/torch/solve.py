@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from sparsad.errors import ShapeError, UnsupportedError
+from sparsad.errors import InputError, ShapeError, UnsupportedError
 from sparsad.ops import solve as _solve
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch._functorch import loop_vmap
@@ -160,7 +160,12 @@ class FactorHandle:
             if values.device.type != "cpu":
                 raise UnsupportedError("sparse factorisations run on the CPU (SuperLU); move the matrix "
                                        "with .to('cpu'), or use an iterative solver (cg, minres, gmres)")
-            self.factor = self._build(self.pattern, _numpy(values))
+            self._factored = _numpy(values).copy()
+            self.factor = self._build(self.pattern, self._factored)
+        elif not np.array_equal(_numpy(values), self._factored):
+            # a stale factor would give solves of the old matrix with gradients of the new one
+            raise InputError("the matrix's values changed after it was factored (in place, for example by "
+                             "an optimizer step); factor it again: splu(A) or cholesky(A)")
         return self.factor
 
     def fresh(self) -> "FactorHandle":
@@ -292,6 +297,34 @@ class _LogAbsDet(torch.autograd.Function):
         return torch.stack([_LogAbsDet.apply(pattern, handle.fresh(), v) for v in values.unbind(in_dims[2])]), 0
 
 
+class _Sign(torch.autograd.Function):
+    """sign(det A) from the factor: piecewise constant, so its derivatives are zero."""
+
+    @staticmethod
+    def forward(pattern, handle, values):
+        factor = handle.get(values)
+        sign = factor.slogdet()[0] if hasattr(factor, "slogdet") else 1.0  # a Cholesky factor: SPD
+        return torch.tensor(float(sign), dtype=values.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, None, None
+
+    @staticmethod
+    def jvp(ctx, _p, _h, dvalues):
+        return None
+
+    @staticmethod
+    def vmap(info, in_dims, pattern, handle, values):
+        if in_dims[2] is None:
+            return _Sign.apply(pattern, handle, values), None
+        return torch.stack([_Sign.apply(pattern, handle.fresh(), v) for v in values.unbind(in_dims[2])]), 0
+
+
 def _lu_handle(A: SparseMatrix) -> FactorHandle:
     return FactorHandle(A.pattern, lambda pattern, values: _solve.LUFactor(pattern, values))
 
@@ -332,9 +365,7 @@ class SparseLU:
 
     def slogdet(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(sign, log|det A|); the second is differentiable (gradient A^-T on A's pattern)."""
-        factor = self.handle.get(self.A.values.detach()) if not \
-            torch._C._functorch.is_functorch_wrapped_tensor(self.A.values) else None
-        sign = torch.tensor(factor.slogdet()[0] if factor is not None else float("nan"), dtype=self.A.dtype)
+        sign = _Sign.apply(self.A.pattern, self.handle, self.A.values)  # read from the factor, also under torch.func
         return sign, _LogAbsDet.apply(self.A.pattern, self.handle, self.A.values)
 
     def logdet(self) -> torch.Tensor:
