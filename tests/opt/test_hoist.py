@@ -74,13 +74,3 @@ def test_jacobians_of_a_matrix_product_with_respect_to_matrices_compile(wrt):
         expected = np.einsum("ip,kq->ikpq", dense_a, np.eye(2))
     assert got.shape == expected.shape and np.allclose(got, expected, rtol=1e-12)
 
-
-def test_a_copy_under_a_shadowing_binder_is_not_taken_for_the_hoisted_dictionary():
-    from sparsad.lang.parse import parse
-    from sparsad.opt.hoist import hoist_invariant_dictionaries
-
-    text = ("sum(<i, a> in x) a * (sum(<p, q> in y) {p -> q * s})(i) * "
-            "(sum(<s, t> in z) t * (sum(<p, q> in y) {p -> q * s})(i))")
-    inputs = dict(x=np.array([1.0, 2.0, 3.0]), y=np.array([1.0, 1.0, 2.0]), z=np.ones(4), s=0.5)
-    expected = sparsad.program(parse(text))(**inputs)
-    assert sparsad.program(hoist_invariant_dictionaries(parse(text)))(**inputs) == pytest.approx(expected)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sparsad.lang.names import Fresh, all_names, rename_bound
+from sparsad.lang.names import Fresh, all_names
 from sparsad.lang.rebuild import map_children
 from sparsad.lang.syntax import Expr, If, Let, LetTuple, Lookup, Sum, Var, free_vars
 from sparsad.lang.types import Type
@@ -62,9 +62,6 @@ def _replace(expr: Expr, target: Expr, name: str) -> Expr:
 def hoist_invariant_dictionaries(expr: Expr, types: Mapping[str, Type] | None = None) -> Expr:
     """Every loop-invariant dictionary looked up inside a loop, bound by a let just outside it."""
     fresh = Fresh(all_names(expr))
-    # binders renamed apart first: a copy under a binder that shadows one of its free names must
-    # not be taken for the hoisted dictionary
-    expr = rename_bound(expr, fresh)
 
     def go(e: Expr) -> Expr:
         e = map_children(e, go)
