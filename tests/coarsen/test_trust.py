@@ -310,3 +310,65 @@ def test_a_generated_adjoint_failing_inside_backward_is_rescued_by_autograd():
     with pytest.warns(CoarsenFallbackWarning, match="internal error FloatingPointError"):
         wrapped(leaf).backward()
     assert rel_err(leaf.grad, torch.sin(x) + x * torch.cos(x)) <= 1e-15
+
+
+# --- guards keyed by content and by what is guarded (review B) -----------------------------------
+
+def _reference_gradient(fn, x, *rest):
+    leaf = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(fn(leaf, *rest), leaf)
+    return g
+
+
+def _x64():
+    return torch.linspace(0.5, 1.5, 4, dtype=torch.float64)
+
+
+import collections as _collections
+
+_P = _collections.namedtuple("_P", "scale")
+_PRM = _P(2.0)
+
+
+def _by_named_tuple(x):
+    return (x * _PRM.scale).sin().sum()
+
+
+def test_named_tuple_global_and_argument_are_keyed_by_content():
+    global _PRM
+    _PRM = _P(2.0)
+    x = _x64()
+    gradient = coarsen.grad(_by_named_tuple, 0)
+    with _strict():
+        gradient(x)
+        _PRM = _P(3.0)
+        assert torch.allclose(gradient(x), _reference_gradient(_by_named_tuple, x), rtol=1e-12, atol=0)
+
+    def g(x, p):
+        return (x * p.scale).sin().sum()
+    gradient = coarsen.grad(g, 0)
+    gradient(x, _P(2.0))
+    assert torch.allclose(gradient(x, _P(3.0)), _reference_gradient(g, x, _P(3.0)), rtol=1e-12, atol=0)
+
+
+def test_closures_of_one_factory_are_guarded_separately():
+    def make(k):
+        def scale(x):
+            return (x * k).sin()
+
+        def setk(v):
+            nonlocal k
+            k = v
+        return scale, setk
+    s2, set2 = make(2.0)
+    s5, set5 = make(5.0)
+
+    def f(x):
+        return (s2(x) + s5(x)).sum()
+    x = _x64()
+    gradient = coarsen.grad(f, 0)
+    gradient(x)
+    set5(3.0)
+    assert torch.allclose(gradient(x), _reference_gradient(f, x), rtol=1e-12, atol=0)
+    set2(7.0)
+    assert torch.allclose(gradient(x), _reference_gradient(f, x), rtol=1e-12, atol=0)

@@ -196,7 +196,7 @@ class Tracer:
         else:
             raise CoarsenUnsupported(f"line {line}: name {name!r} is not defined")
         try:
-            self.guards.add(where, reader, value)
+            self.guards.add(where, reader, value, cell if name in code.co_freevars else fn.__globals__)
         except Unkeyable as why:
             raise CoarsenUnsupported(f"line {line}: {where} is {why}; its content cannot be checked between "
                                      "calls (pass it as an argument)") from None
@@ -312,7 +312,7 @@ class Tracer:
             from sparsad.coarsen.guards import Unkeyable
             name = f"{getattr(base, '__name__', '?')}.{node.attr}"
             try:
-                self.guards.add(f"attribute {name}", lambda: getattr(base, node.attr), value)
+                self.guards.add(f"attribute {name}", lambda: getattr(base, node.attr), value, base)
             except Unkeyable as why:
                 raise CoarsenUnsupported(f"line {node.lineno}: {name} is {why}; its content cannot be checked "
                                          "between calls") from None
@@ -474,7 +474,7 @@ class Tracer:
         if params.vararg or params.kwarg:
             raise CoarsenUnsupported(f"line {node.lineno}: helper {func.__name__}() takes *args/**kwargs")
         self.guards.add(f"helper function {func.__module__}.{func.__qualname__}",
-                        lambda: func.__code__, func.__code__)
+                        lambda: func.__code__, func.__code__, func)
         env = dict(bound.arguments)
         self.fn_stack.append(func)
         self.inlining += 1

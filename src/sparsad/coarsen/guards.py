@@ -44,6 +44,12 @@ def fingerprint(value: Any, depth: int = 0) -> tuple:
         if len(value) > MAX_ITEMS:
             raise Unkeyable(f"a {kind.__name__} of {len(value)} items")
         return (kind.__name__,) + tuple(fingerprint(v, depth + 1) for v in value)
+    if isinstance(value, tuple):  # named tuples and other tuple subclasses: their type and elements
+        if len(value) > MAX_ITEMS:
+            raise Unkeyable(f"a {kind.__name__} of {len(value)} items")
+        extra = getattr(value, "__dict__", None)
+        return (("tuple-of", id(kind)) + tuple(fingerprint(v, depth + 1) for v in value)
+                + ((fingerprint(extra, depth + 1),) if isinstance(extra, dict) else ()))
     if kind is dict:
         if len(value) > MAX_ITEMS:
             raise Unkeyable(f"a dict of {len(value)} items")
@@ -98,12 +104,17 @@ class Guards:
         self.entries: list[tuple[str, Callable[[], Any], tuple]] = []
         self._seen: set = set()
         self._identity: list = []   # (reader, object) compared by identity
+        self._held: list = []       # owners and values named in _seen, kept alive so ids stay unique
         self._content: list = []    # (reader, fingerprint) compared by content
 
-    def add(self, description: str, reader: Callable[[], Any], value: Any) -> None:
-        if description in self._seen:
+    def add(self, description: str, reader: Callable[[], Any], value: Any, owner: Any = None) -> None:
+        """``owner`` is the object the value is read from (a closure cell, a globals dict, an object):
+        entries are the same only if both the description and the owner are (never the text alone)."""
+        seen = (description, id(owner), id(value))
+        if seen in self._seen:
             return
-        self._seen.add(description)
+        self._seen.add(seen)
+        self._held.append((owner, value))
         token = fingerprint(value)
         self.entries.append((description, reader, token))
         if token[0] == "id":   # modules, classes, builtins: the same object is all that matters
