@@ -464,3 +464,15 @@ def test_a_class_attribute_read_through_an_instance_is_guarded():
         gradient(x)
         _Cfg.scale = 3.0
         assert torch.allclose(gradient(x), _reference_gradient(fn, x), rtol=1e-12, atol=0)
+
+
+def test_partial_objects_fingerprint_by_their_function_and_arguments():
+    import functools
+
+    from sparsad.coarsen.guards import fingerprint
+
+    def base(x, c):
+        return x * c
+    assert fingerprint(functools.partial(base, c=2.0)) == fingerprint(functools.partial(base, c=2.0))
+    assert fingerprint(functools.partial(base, c=2.0)) != fingerprint(functools.partial(base, c=3.0))
+    assert fingerprint(functools.partial(base, 2.0)) != fingerprint(functools.partial(base, 3.0))

@@ -12,6 +12,7 @@ classes), so a fresh list with the same numbers reuses the plan and a mutated on
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import types
 from typing import Any, Callable
@@ -79,6 +80,9 @@ def fingerprint(value: Any, depth: int = 0) -> tuple:
             return _array_print(np.asarray(value), str(getattr(value, "dtype", "")))
         except Exception as exc:  # a tracer or an abstract value: no content
             raise Unkeyable(f"a {kind.__name__}") from exc
+    if isinstance(value, functools.partial):  # its function and bound arguments live outside __dict__
+        return ("partial", id(kind), fingerprint(value.func, depth + 1), fingerprint(value.args, depth + 1),
+                fingerprint(value.keywords, depth + 1), fingerprint(value.__dict__, depth + 1))
     attrs = getattr(value, "__dict__", None)
     if isinstance(attrs, dict):
         return ("obj", id(kind), fingerprint(attrs, depth + 1))
