@@ -3,6 +3,8 @@ internal failures as fallbacks, our own errors at the boundary."""
 from __future__ import annotations
 
 import contextlib
+import math
+import types
 import importlib
 import sys
 import warnings
@@ -310,3 +312,167 @@ def test_a_generated_adjoint_failing_inside_backward_is_rescued_by_autograd():
     with pytest.warns(CoarsenFallbackWarning, match="internal error FloatingPointError"):
         wrapped(leaf).backward()
     assert rel_err(leaf.grad, torch.sin(x) + x * torch.cos(x)) <= 1e-15
+
+
+# --- guards keyed by content and by what is guarded (review B) -----------------------------------
+
+def _reference_gradient(fn, x, *rest):
+    leaf = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(fn(leaf, *rest), leaf)
+    return g
+
+
+def _x64():
+    return torch.linspace(0.5, 1.5, 4, dtype=torch.float64)
+
+
+import collections as _collections
+
+_P = _collections.namedtuple("_P", "scale")
+_PRM = _P(2.0)
+
+
+def _by_named_tuple(x):
+    return (x * _PRM.scale).sin().sum()
+
+
+def test_named_tuple_global_and_argument_are_keyed_by_content():
+    global _PRM
+    _PRM = _P(2.0)
+    x = _x64()
+    gradient = coarsen.grad(_by_named_tuple, 0)
+    with _strict():
+        gradient(x)
+        _PRM = _P(3.0)
+        assert torch.allclose(gradient(x), _reference_gradient(_by_named_tuple, x), rtol=1e-12, atol=0)
+
+    def g(x, p):
+        return (x * p.scale).sin().sum()
+    gradient = coarsen.grad(g, 0)
+    gradient(x, _P(2.0))
+    assert torch.allclose(gradient(x, _P(3.0)), _reference_gradient(g, x, _P(3.0)), rtol=1e-12, atol=0)
+
+
+def test_closures_of_one_factory_are_guarded_separately():
+    def make(k):
+        def scale(x):
+            return (x * k).sin()
+
+        def setk(v):
+            nonlocal k
+            k = v
+        return scale, setk
+    s2, set2 = make(2.0)
+    s5, set5 = make(5.0)
+
+    def f(x):
+        return (s2(x) + s5(x)).sum()
+    x = _x64()
+    gradient = coarsen.grad(f, 0)
+    gradient(x)
+    set5(3.0)
+    assert torch.allclose(gradient(x), _reference_gradient(f, x), rtol=1e-12, atol=0)
+    set2(7.0)
+    assert torch.allclose(gradient(x), _reference_gradient(f, x), rtol=1e-12, atol=0)
+
+
+def _by_sign_of_zero(x, c):
+    return (x * math.atan2(c, -1.0)).sum()
+
+
+def test_fast_key_tells_minus_zero_from_zero():
+    x = _x64()
+    gradient = coarsen.grad(_by_sign_of_zero, 0)
+    with _strict():
+        for c in (0.0, 0.0, -0.0, -0.0, 0.0):
+            assert torch.allclose(gradient(x, c), _reference_gradient(_by_sign_of_zero, x, c), rtol=1e-12, atol=0)
+
+
+def _by_default(x, c=2.0):
+    return (x * c).sin().sum()
+
+
+def _by_list_default(x, w=[2.0]):
+    return (x * w[0]).sin().sum()
+
+
+def _helper_with_list_default(x, w=[2.0]):
+    return (x * w[0]).sin()
+
+
+def _by_helper_default(x):
+    return _helper_with_list_default(x).sum()
+
+
+def test_defaults_are_guarded_by_content():
+    x = _x64()
+    cases = [(_by_default, lambda: setattr(_by_default, "__defaults__", (3.0,))),
+             (_by_list_default, lambda: _by_list_default.__defaults__[0].__setitem__(0, 3.0)),
+             (_by_helper_default, lambda: _helper_with_list_default.__defaults__[0].__setitem__(0, 3.0))]
+    for fn, change in cases:
+        gradient = coarsen.grad(fn, 0)
+        with _strict():
+            gradient(x)
+            gradient(x)
+            change()
+            assert torch.allclose(gradient(x), _reference_gradient(fn, x), rtol=1e-12, atol=0), fn.__name__
+
+
+def _h2(x):
+    return (x * 2.0).sin()
+
+
+def _h3(x):
+    return (x * 3.0).sin()
+
+
+_HELPMOD = types.ModuleType("_trust_helpers")
+_HELPMOD.h = _h2
+
+
+def _by_module_helper(x):
+    return _HELPMOD.h(x).sum()
+
+
+def test_a_helper_read_from_a_module_attribute_is_guarded_by_identity():
+    x = _x64()
+    _HELPMOD.h = _h2
+    gradient = coarsen.grad(_by_module_helper, 0)
+    with _strict():
+        gradient(x)
+        _HELPMOD.h = _h3
+        assert torch.allclose(gradient(x), _reference_gradient(_by_module_helper, x), rtol=1e-12, atol=0)
+
+
+class _Cfg:
+    scale = 2.0
+
+
+_CFG = _Cfg()
+
+
+def _by_class_attribute_via_instance(x):
+    return (x * _CFG.scale).sin().sum()
+
+
+def test_a_class_attribute_read_through_an_instance_is_guarded():
+    x = _x64()
+    _Cfg.scale = 2.0
+    fn = _by_class_attribute_via_instance
+    gradient = coarsen.grad(fn, 0)
+    with _strict():
+        gradient(x)
+        _Cfg.scale = 3.0
+        assert torch.allclose(gradient(x), _reference_gradient(fn, x), rtol=1e-12, atol=0)
+
+
+def test_partial_objects_fingerprint_by_their_function_and_arguments():
+    import functools
+
+    from sparsad.coarsen.guards import fingerprint
+
+    def base(x, c):
+        return x * c
+    assert fingerprint(functools.partial(base, c=2.0)) == fingerprint(functools.partial(base, c=2.0))
+    assert fingerprint(functools.partial(base, c=2.0)) != fingerprint(functools.partial(base, c=3.0))
+    assert fingerprint(functools.partial(base, 2.0)) != fingerprint(functools.partial(base, 3.0))

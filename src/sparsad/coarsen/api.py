@@ -259,6 +259,8 @@ def _fast_key(args: tuple):
         shape = getattr(a, "shape", None)
         if shape is not None and hasattr(a, "dtype"):
             key.append((shape, a.dtype))  # (ready-made calls refuse tensors off the CPU themselves)
+        elif type(a) is float:
+            key.append((float, repr(a)))  # -0.0 and 0.0 (and NaNs) are different keys
         elif type(a) in _PLAIN:
             key.append((type(a), a))
         else:

@@ -196,7 +196,7 @@ class Tracer:
         else:
             raise CoarsenUnsupported(f"line {line}: name {name!r} is not defined")
         try:
-            self.guards.add(where, reader, value)
+            self.guards.add(where, reader, value, cell if name in code.co_freevars else fn.__globals__)
         except Unkeyable as why:
             raise CoarsenUnsupported(f"line {line}: {where} is {why}; its content cannot be checked between "
                                      "calls (pass it as an argument)") from None
@@ -307,12 +307,22 @@ class Tracer:
             value = getattr(base, node.attr)
         except AttributeError as exc:
             raise CoarsenUnsupported(f"line {node.lineno}: no attribute {node.attr!r}") from exc
-        if isinstance(base, (type, types.ModuleType)) and not isinstance(value, _CODE_LIKE):
-            # module and class attributes are data the plan depends on: re-read at every call
+        if not isinstance(value, (types.MethodWrapperType, types.BuiltinMethodType)) or \
+                isinstance(base, types.ModuleType):
+            # module, class and object attributes are data (or code) the plan depends on: the value
+            # as read (also a class attribute read through an instance) is re-read at every call
             from sparsad.coarsen.guards import Unkeyable
-            name = f"{getattr(base, '__name__', '?')}.{node.attr}"
+            if isinstance(base, (type, types.ModuleType)):
+                name = f"{getattr(base, '__name__', '?')}.{node.attr}"
+            else:
+                name = f"{type(base).__name__}.{node.attr} of an object"
+            attr = node.attr
+            if isinstance(value, types.MethodType):  # a fresh bound method at each read
+                reader, guarded = (lambda: _method_parts(getattr(base, attr))), _method_parts(value)
+            else:
+                reader, guarded = (lambda: getattr(base, attr)), value
             try:
-                self.guards.add(f"attribute {name}", lambda: getattr(base, node.attr), value)
+                self.guards.add(f"attribute {name}", reader, guarded, base)
             except Unkeyable as why:
                 raise CoarsenUnsupported(f"line {node.lineno}: {name} is {why}; its content cannot be checked "
                                          "between calls") from None
@@ -474,7 +484,8 @@ class Tracer:
         if params.vararg or params.kwarg:
             raise CoarsenUnsupported(f"line {node.lineno}: helper {func.__name__}() takes *args/**kwargs")
         self.guards.add(f"helper function {func.__module__}.{func.__qualname__}",
-                        lambda: func.__code__, func.__code__)
+                        lambda: func.__code__, func.__code__, func)
+        guard_defaults(self.guards, func, node.lineno)
         env = dict(bound.arguments)
         self.fn_stack.append(func)
         self.inlining += 1
@@ -1026,6 +1037,25 @@ def _static_apply(name: str, args):
     raise CoarsenUnsupported(f"static {name}() is not supported")
 
 
+def _method_parts(method):
+    """A bound method by what it is made of (a new method object is made at every attribute read)."""
+    if isinstance(method, types.MethodType):
+        return (method.__func__, method.__self__)
+    return method
+
+
+def guard_defaults(guards, func, line: int) -> None:
+    """The content of a function's defaults (reassigned, or a mutable default mutated) is guarded."""
+    from sparsad.coarsen.guards import Unkeyable
+    try:
+        guards.add(f"defaults of {func.__qualname__}", lambda: func.__defaults__, func.__defaults__, func)
+        guards.add(f"keyword defaults of {func.__qualname__}", lambda: func.__kwdefaults__, func.__kwdefaults__,
+                   func)
+    except Unkeyable as why:
+        raise CoarsenUnsupported(f"line {line}: a default value of {func.__qualname__}() is {why}; its content "
+                                 "cannot be checked between calls") from None
+
+
 def trace(fn: Callable, args: tuple) -> ssa.Graph:
     """Trace ``fn`` applied to ``args`` (tensors become inputs; other values are static)."""
     fdef, _ = function_ast(fn)
@@ -1043,6 +1073,7 @@ def trace(fn: Callable, args: tuple) -> ssa.Graph:
     first = tensors[0] if tensors else None
     torch_first = first is not None and type(first).__module__.startswith("torch")
     tracer = Tracer(fn, getattr(first, "dtype", None), first.device if torch_first else None)
+    guard_defaults(tracer.guards, fn, fn.__code__.co_firstlineno)
     env: dict[str, Any] = {}
     inputs = []
     for position, (name, value) in enumerate(zip(names, full)):

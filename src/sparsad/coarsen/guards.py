@@ -12,6 +12,7 @@ classes), so a fresh list with the same numbers reuses the plan and a mutated on
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import types
 from typing import Any, Callable
@@ -44,6 +45,12 @@ def fingerprint(value: Any, depth: int = 0) -> tuple:
         if len(value) > MAX_ITEMS:
             raise Unkeyable(f"a {kind.__name__} of {len(value)} items")
         return (kind.__name__,) + tuple(fingerprint(v, depth + 1) for v in value)
+    if isinstance(value, tuple):  # named tuples and other tuple subclasses: their type and elements
+        if len(value) > MAX_ITEMS:
+            raise Unkeyable(f"a {kind.__name__} of {len(value)} items")
+        extra = getattr(value, "__dict__", None)
+        return (("tuple-of", id(kind)) + tuple(fingerprint(v, depth + 1) for v in value)
+                + ((fingerprint(extra, depth + 1),) if isinstance(extra, dict) else ()))
     if kind is dict:
         if len(value) > MAX_ITEMS:
             raise Unkeyable(f"a dict of {len(value)} items")
@@ -73,6 +80,9 @@ def fingerprint(value: Any, depth: int = 0) -> tuple:
             return _array_print(np.asarray(value), str(getattr(value, "dtype", "")))
         except Exception as exc:  # a tracer or an abstract value: no content
             raise Unkeyable(f"a {kind.__name__}") from exc
+    if isinstance(value, functools.partial):  # its function and bound arguments live outside __dict__
+        return ("partial", id(kind), fingerprint(value.func, depth + 1), fingerprint(value.args, depth + 1),
+                fingerprint(value.keywords, depth + 1), fingerprint(value.__dict__, depth + 1))
     attrs = getattr(value, "__dict__", None)
     if isinstance(attrs, dict):
         return ("obj", id(kind), fingerprint(attrs, depth + 1))
@@ -98,12 +108,17 @@ class Guards:
         self.entries: list[tuple[str, Callable[[], Any], tuple]] = []
         self._seen: set = set()
         self._identity: list = []   # (reader, object) compared by identity
+        self._held: list = []       # owners and values named in _seen, kept alive so ids stay unique
         self._content: list = []    # (reader, fingerprint) compared by content
 
-    def add(self, description: str, reader: Callable[[], Any], value: Any) -> None:
-        if description in self._seen:
+    def add(self, description: str, reader: Callable[[], Any], value: Any, owner: Any = None) -> None:
+        """``owner`` is the object the value is read from (a closure cell, a globals dict, an object):
+        entries are the same only if both the description and the owner are (never the text alone)."""
+        seen = (description, id(owner), id(value))
+        if seen in self._seen:
             return
-        self._seen.add(description)
+        self._seen.add(seen)
+        self._held.append((owner, value))
         token = fingerprint(value)
         self.entries.append((description, reader, token))
         if token[0] == "id":   # modules, classes, builtins: the same object is all that matters
