@@ -60,6 +60,7 @@ def test_physical_types():
     ("y", {}, "unbound variable 'y'", 1),
     ("{ x -> 1.0 }", {"x": REAL}, "keys must be int", 3),
     ("b * 2", {"b": BOOL}, "does not take bool", 3),
+    ("sum(<i, a> in V) B", {"V": T1, "B": Dict(INT, BOOL)}, "dictionary of numbers, got {int -> bool}", 18),
     ("pow(x, y)", {"x": REAL, "y": REAL}, "constant exponent", 8),
     ("V / 2.0", {"V": T1}, "/ divides reals", 3),
 ])

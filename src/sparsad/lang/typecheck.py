@@ -218,7 +218,7 @@ def _infer(expr: Expr, env: dict) -> Type:
                 record[id(expr)] = (source.key, None)
             body = _infer(b, _bind(_bind(env, k, source.key), v, source.value))
             if not is_additive(body):
-                raise _error(b, f"the body of sum must be a number or a dictionary, got {type_to_text(body)}")
+                raise _error(b, f"the body of sum must be a number or a dictionary of numbers, got {type_to_text(body)}")
             return body
         case Let(name=n, value=v, body=b):
             return _infer(b, _bind(env, n, _infer(v, env)))

@@ -85,8 +85,10 @@ def extents(t: Type) -> tuple[int | None, ...]:
 
 
 def is_additive(t: Type) -> bool:
-    """Real, int and dictionaries of them form semi-rings; bool does not add here."""
-    return isinstance(t, (Real, Int, Dict, Zero))
+    """Real, int and dictionaries of them form semi-rings; bool does not add here, nor do dicts of bools."""
+    if isinstance(t, Dict):
+        return is_additive(t.value)
+    return isinstance(t, (Real, Int, Zero))
 
 
 def is_discrete(t: Type) -> bool:
