@@ -794,7 +794,7 @@ def main(quick: bool = False) -> None:
 def _main(quick: bool) -> None:
     cfg = Config(quick=quick)
     if quick:
-        cfg.repeat, cfg.budget_s, cfg.cap_s, cfg.total_s = 2, 0.2, 1.0, 60.0
+        cfg.repeat, cfg.budget_s, cfg.cap_s, cfg.total_s = 2, 0.2, 1.0, 600.0
     try:
         import numba
 
