@@ -194,7 +194,39 @@ def matmul_plan(a: str, b: str, out: str, shape_a: tuple | None, shape_b: tuple 
     reshaped without a copy); each operand is read as a matrix by a reshape, transposed as a view
     when its contracted letters come first, so BLAS gets transposition flags instead of copies.
     The result is reshaped to (free letters of a, free letters of b) and, if `out` orders them
-    otherwise, returned as a transposed view, as np.tensordot does."""
+    otherwise, returned as a transposed view, as np.tensordot does.
+
+    An operand stored in Fortran order (as a loaded .npy file or a transposed result can be) is
+    read through its transpose, a C-ordered view with its letters reversed, under a plan made
+    for that spelling on first use: a reshape would copy the whole tensor on every call."""
+    if shape_a is None or shape_b is None:
+        return _c_order_matmul(a, b, out, shape_a, shape_b)
+    plans: dict[tuple[bool, bool], Any] = {}
+
+    def plan_for(fortran_a: bool, fortran_b: bool):
+        key = (fortran_a, fortran_b)
+        if key not in plans:
+            plans[key] = _c_order_matmul(a[::-1] if fortran_a else a, b[::-1] if fortran_b else b, out,
+                                         shape_a[::-1] if fortran_a else shape_a,
+                                         shape_b[::-1] if fortran_b else shape_b)
+        return plans[key]
+
+    c_order = plan_for(False, False)
+
+    def run(x, y):
+        x, y = np.asarray(x), np.asarray(y)
+        flags_x, flags_y = x.flags, y.flags
+        if flags_x.c_contiguous and flags_y.c_contiguous:
+            return c_order(x, y)
+        fortran_x = not flags_x.c_contiguous and flags_x.f_contiguous
+        fortran_y = not flags_y.c_contiguous and flags_y.f_contiguous
+        return plan_for(fortran_x, fortran_y)(x.T if fortran_x else x, y.T if fortran_y else y)
+
+    return run
+
+
+def _c_order_matmul(a: str, b: str, out: str, shape_a: tuple | None, shape_b: tuple | None):
+    """matmul_plan's product for C-ordered operands (others are copied by the reshapes)."""
     free_a = [c for c in a if c not in b]
     free_b = [c for c in b if c not in a]
     choices = []
