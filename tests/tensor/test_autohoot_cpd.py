@@ -120,6 +120,36 @@ def test_tucker_hooi_reaches_the_noise_floor():
     assert history[-1] <= np.linalg.norm(noise) / np.linalg.norm(x) * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("shape, ranks", [((5, 6, 4), (2, 3, 2)), ((4, 3, 5, 3), (2, 2, 3, 2))])
+def test_tucker_hooi_graph_keeps_no_pure_transpose(shape, ranks, run):
+    """The optimized TTMc graph of HOOI (orders 3 and 4) has no node that only permutes axes,
+    and computes what the unoptimized Jacobian-based TTMcs compute."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import tucker_hooi
+
+    X, factors, ttmcs, objective = tucker_hooi.tucker_graph(shape, ranks)
+    for n in topological(ttmcs + [objective]):
+        assert not isinstance(n, T.Transpose)
+        if isinstance(n, T.Einsum) and len(n.inputs) == 1:
+            (sub,) = n.in_subs
+            assert sorted(sub) != sorted(n.out_sub), f"pure transpose {sub}->{n.out_sub}"
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    vals = [np.linalg.qr(rng.standard_normal((s, r)))[0] for s, r in zip(shape, ranks)]
+    got = run(ttmcs, {X: x, **dict(zip(factors, vals))})
+    letters = "abcd"[:len(shape)]
+    for n, y in enumerate(got):
+        others = [k for k in range(len(shape)) if k != n]
+        spec = letters + "," + ",".join(f"{letters[k]}{k}" for k in others) + "->" + letters[n] + \
+            "".join(str(k) for k in others)
+        want = np.einsum(spec.replace("0", "A").replace("1", "B").replace("2", "C").replace("3", "D"),
+                         x, *[vals[k] for k in others])
+        np.testing.assert_allclose(y, want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("case", ["add", "minus", "einsum"])
 def test_sympy_collects_like_terms(case, run):
     a, b = T.Variable("a", (3, 3)), T.Variable("b", (3, 3))

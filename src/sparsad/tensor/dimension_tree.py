@@ -60,6 +60,8 @@ def constrained_path(node: Einsum, order: Sequence[Node], path: str = DEFAULT_PA
         others = "".join(items[j][0] for j in range(len(items)) if j not in group) + needed_outside
         g_letters = "".join(items[j][0] for j in group)
         g_out = "".join(dict.fromkeys(c for c in g_letters if c in others))
+        if len(group) == len(items) and not deferred:
+            g_out = out            # the last group is the result: no transpose after it
         sub = Einsum(",".join(items[j][0] for j in group) + "->" + g_out, *[items[j][1] for j in group])
         subtree = split_einsum(sub, path, memory_limit)
         items = [it for j, it in enumerate(items) if j not in group] + [(g_out, subtree)]

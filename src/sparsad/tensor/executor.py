@@ -16,6 +16,7 @@ from sparsad.tensor.backends import (
 from sparsad.tensor.graph import einsum_view, topological
 from sparsad.tensor.blas import one_blas_thread
 from sparsad.tensor.paths import choose_path
+from sparsad.tensor.straightline import compile_steps
 from sparsad.tensor.nodes import (
     Add, Constant, Einsum, Elementwise, Identity, Node, Power, SampleAt, Scale, Sub, Sum, TensorInverse,
     Transpose, Variable,
@@ -147,9 +148,12 @@ def sampled_einsum(in_subs: Sequence[str], out: str, arrays: Sequence, coords: n
     return oe.contract(",".join(subs) + "->" + batch, *ops)
 
 
-def numpy_small_einsum(subs: str):
-    """A direct NumPy call for a one- or two-operand einsum (no per-call planning overhead):
-    tensordot plus a transpose when the contraction is a plain tensor product, else np.einsum."""
+def numpy_small_einsum(subs: str, shapes: Sequence[tuple] | None = None):
+    """A direct NumPy call for a one- or two-operand einsum (no per-call planning overhead).
+
+    A two-operand einsum that is a plain tensor product (every shared letter summed, every other
+    letter kept) becomes one matrix product planned from the shapes (`matmul_plan`); other cases
+    (batch letters, letters summed within one operand, repeated letters) go to np.einsum."""
     lhs, out = subs.split("->")
     ins = lhs.split(",")
     if not subs.isascii():
@@ -159,20 +163,130 @@ def numpy_small_einsum(subs: str):
     a, b = ins
     if len(set(a)) != len(a) or len(set(b)) != len(b):
         return partial(np.einsum, subs)
+    if a == b == out:
+        return np.multiply                           # a Hadamard product
     shared = [c for c in a if c in b]
     if any(c in out for c in shared) or any(c not in out and c not in b for c in a) \
             or any(c not in out and c not in a for c in b):
         return partial(np.einsum, subs)              # batch or summed-out axes
-    axes = ([a.index(c) for c in shared], [b.index(c) for c in shared])
-    produced = [c for c in a if c not in shared] + [c for c in b if c not in shared]
-    perm = [produced.index(c) for c in out]
-    identity = perm == list(range(len(perm)))
+    if shapes is None:
+        shapes = [None, None]
+    return matmul_plan(a, b, out, *shapes)
+
+
+def _operand_layout(sub: str, free: list, contracted: list):
+    """How a C-ordered operand with letters `sub` becomes a matrix: ('rows', perm) when it reads
+    as (free, contracted), ('cols', perm) as (contracted, free) read transposed; perm is None
+    when no copy is needed (its letters already lie in that order)."""
+    as_rows = [sub.index(c) for c in free + contracted]
+    as_cols = [sub.index(c) for c in contracted + free]
+    if as_rows == sorted(as_rows):
+        return "rows", None
+    if as_cols == sorted(as_cols):
+        return "cols", None
+    return "rows", as_rows
+
+
+def matmul_plan(a: str, b: str, out: str, shape_a: tuple | None, shape_b: tuple | None):
+    """einsum(a,b->out) for a plain tensor product as one 2-D matrix product.
+
+    The shared letters are ordered as they lie in one operand (whichever lets more operands be
+    reshaped without a copy); each operand is read as a matrix by a reshape, transposed as a view
+    when its contracted letters come first, so BLAS gets transposition flags instead of copies.
+    The result is reshaped to (free letters of a, free letters of b) and, if `out` orders them
+    otherwise, returned as a transposed view, as np.tensordot does.
+
+    An operand stored in Fortran order (as a loaded .npy file or a transposed result can be) is
+    read through its transpose, a C-ordered view with its letters reversed, under a plan made
+    for that spelling on first use: a reshape would copy the whole tensor on every call."""
+    if shape_a is None or shape_b is None:
+        return _c_order_matmul(a, b, out, shape_a, shape_b)
+    plans: dict[tuple[bool, bool], Any] = {}
+
+    def plan_for(fortran_a: bool, fortran_b: bool):
+        key = (fortran_a, fortran_b)
+        if key not in plans:
+            plans[key] = _c_order_matmul(a[::-1] if fortran_a else a, b[::-1] if fortran_b else b, out,
+                                         shape_a[::-1] if fortran_a else shape_a,
+                                         shape_b[::-1] if fortran_b else shape_b)
+        return plans[key]
+
+    c_order = plan_for(False, False)
 
     def run(x, y):
-        r = np.tensordot(x, y, axes=axes)
-        return r if identity else r.transpose(perm)
+        x, y = np.asarray(x), np.asarray(y)
+        flags_x, flags_y = x.flags, y.flags
+        if flags_x.c_contiguous and flags_y.c_contiguous:
+            return c_order(x, y)
+        fortran_x = not flags_x.c_contiguous and flags_x.f_contiguous
+        fortran_y = not flags_y.c_contiguous and flags_y.f_contiguous
+        return plan_for(fortran_x, fortran_y)(x.T if fortran_x else x, y.T if fortran_y else y)
 
     return run
+
+
+def _c_order_matmul(a: str, b: str, out: str, shape_a: tuple | None, shape_b: tuple | None):
+    """matmul_plan's product for C-ordered operands (others are copied by the reshapes)."""
+    free_a = [c for c in a if c not in b]
+    free_b = [c for c in b if c not in a]
+    choices = []
+    for contracted in ([c for c in a if c in b], [c for c in b if c in a]):
+        lay_a = _operand_layout(a, free_a, contracted)
+        lay_b = _operand_layout(b, free_b, contracted)
+        choices.append(((lay_a[1] is not None) + (lay_b[1] is not None), contracted, lay_a, lay_b))
+    _, contracted, (kind_a, perm_a), (kind_b, perm_b) = min(choices, key=lambda c: c[0])
+    produced = free_a + free_b
+    perm_out = tuple(produced.index(c) for c in out)
+    transpose_out = perm_out != tuple(range(len(out)))
+    if shape_a is None or shape_b is None:
+        axes = ([a.index(c) for c in contracted], [b.index(c) for c in contracted])
+
+        def by_tensordot(x, y):
+            r = np.tensordot(x, y, axes=axes)
+            return r.transpose(perm_out) if transpose_out else r
+
+        return by_tensordot
+    size = {**dict(zip(a, shape_a)), **dict(zip(b, shape_b))}
+    k = math.prod(size[c] for c in contracted)
+    m = math.prod(size[c] for c in free_a)
+    n = math.prod(size[c] for c in free_b)
+    result_shape = tuple(size[c] for c in produced)
+    # x as an (m, k) matrix and y as a (k, n) one
+    x_shape = (m, k) if kind_a == "rows" else (k, m)
+    y_shape = (n, k) if kind_b == "rows" else (k, n)
+    x_t, y_t = kind_a == "cols", kind_b == "rows"
+    if perm_a is not None:
+        perm_a = tuple(perm_a)
+    if perm_b is not None:
+        perm_b = tuple(perm_b)
+        y_shape = (n, k)                   # _operand_layout's copy puts free letters first
+
+    def run(x, y):
+        if perm_a is not None:
+            x = x.transpose(perm_a)
+        xm = x.reshape(x_shape)
+        if x_t:
+            xm = xm.T
+        if perm_b is not None:
+            y = y.transpose(perm_b)
+        ym = y.reshape(y_shape)
+        if y_t:
+            ym = ym.T
+        r = (xm @ ym).reshape(result_shape)
+        return r.transpose(perm_out) if transpose_out else r
+
+    return run
+
+
+def _numpy_matrix_inverse(node: TensorInverse, matrix: np.ndarray) -> np.ndarray:
+    """The NumPy backend's inverse of a square matrix, without tensorinv's reshaping."""
+    try:
+        inv = np.linalg.inv(matrix)
+    except np.linalg.LinAlgError as exc:
+        raise singular_error(node, str(exc)) from None
+    if not np.isfinite(inv).all():
+        raise singular_error(node, "the inverse has non-finite entries")
+    return inv
 
 
 def gather_sparse(coo, index: tuple) -> np.ndarray:
@@ -216,7 +330,8 @@ class Executor:
         self.serial_below_flops = serial_below_flops
         self.nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
         self.reuse = reuse
-        self._last_values: dict[int, Any] = {}
+        self._last_values: dict[int, Any] = {}       # reuse=True: values computed from the current feeds
+        self._fed_last: dict[int, Any] = {}          # reuse=True: the object each Variable was fed last
         self.backend = get_backend(backend)
         self.dtype = check_dtype(dtype)
         self.check_finite = check_finite
@@ -245,15 +360,19 @@ class Executor:
                 shapes = [op.shape for op in node.inputs]
                 expr = None
                 if self.backend.name == "numpy" and len(node.inputs) <= 2:
-                    expr = numpy_small_einsum(subs)
+                    expr = numpy_small_einsum(subs, shapes)
                 if expr is None:
                     steps = choose_path(subs, shapes, path, memory_limit)[0]
                     planned = oe.contract_expression(subs, *shapes, optimize=steps)
                     expr = partial(planned, backend=self.backend.name)
                 self._plans[node.uid] = (subs, expr)
         self._needed: dict[tuple, Any] = {}
+        self._run_plans: dict[tuple, tuple] = {}
         self._planned = {n.uid for n in self.order}
         self._plain_numpy = self.backend.name == "numpy"
+        # Variables whose plain float NumPy feeds need no conversion or check (uid -> shape)
+        self._plain_feeds = {} if not self._plain_numpy or check_finite else {
+            v.uid: v.shape for v in self.variables.values() if not (v.sparse or v.symmetry or v.orthonormal)}
         self._jitted: dict[tuple, Any] = {}
         # Einsums read only through SampleAt are never evaluated densely (sampled einsums).
         from sparsad.tensor.contract_path import sampled_einsums
@@ -261,14 +380,17 @@ class Executor:
         by_uid = {n.uid: n for n in self.order}
         self._lazy = {uid for uid in sampled_einsums(self.nodes)
                       if isinstance(by_uid[uid], Einsum)} - {n.uid for n in self.nodes}
-        # Which variables each node depends on, for reuse of intermediates between runs
+        # Which nodes depend on each variable, for reuse of intermediates between runs
         # (the dimension-tree intermediates of an alternating sweep).
-        self._deps: dict[int, frozenset] = {}
+        deps: dict[int, frozenset] = {}
+        self._dependents: dict[int, list[int]] = {uid: [] for uid in self.variables}
         for node in self.order:
             if isinstance(node, Variable):
-                self._deps[node.uid] = frozenset([node.uid])
+                deps[node.uid] = frozenset([node.uid])
             else:
-                self._deps[node.uid] = frozenset().union(*[self._deps[c.uid] for c in node.inputs])
+                deps[node.uid] = frozenset().union(*[deps[c.uid] for c in node.inputs])
+                for var_uid in sorted(deps[node.uid]):
+                    self._dependents[var_uid].append(node.uid)
 
     def _constant(self, node: Node):
         if isinstance(node, Identity):
@@ -331,53 +453,57 @@ class Executor:
             to_numpy: bool = False) -> list:
         """Values of `out` (default: all planned nodes) for the given feeds (keyed by Variable or name)."""
         outs = self.nodes if out is None else list(out)
-        if out is not None:
-            planned = self._planned
-            for o in outs:
-                if o.uid not in planned:
-                    raise InputError(f"Executor.run: output {o.label} was not among the planned nodes")
-        by_name = self._by_name
+        key = tuple(o.uid for o in outs)
+        plan = self._run_plans.get(key)
+        if plan is None:
+            plan = self._plan_run(outs, key)
+        schedule, free, fed, steps, small = plan
+        by_name, variables, plain, dtype = self._by_name, self.variables, self._plain_feeds, self.dtype
         values: dict[int, Any] = {}
         raw: dict[int, Any] = {}
-        variables = self.variables
-        for key, value in feed_dict.items():
-            if isinstance(key, Variable):
-                if key.uid not in variables:
+        for name, value in feed_dict.items():
+            if isinstance(name, Variable):
+                uid = name.uid
+                if uid not in variables:
                     continue  # a shared feed dict may hold variables other graphs need
-                var = key
-            elif isinstance(key, str):
-                var = by_name.get(key)
-                if key in self._ambiguous_names:
-                    raise InputError(f"Executor.run: feed {key!r} is ambiguous: {self._ambiguous_names[key]} "
+                var = name
+            elif isinstance(name, str):
+                var = by_name.get(name)
+                if name in self._ambiguous_names:
+                    raise InputError(f"Executor.run: feed {name!r} is ambiguous: {self._ambiguous_names[name]} "
                                      "Variables of this graph share that name; key the feed by the "
                                      "Variable objects instead")
                 if var is None:
-                    raise InputError(f"Executor.run: feed {key!r} names no Variable of this graph "
+                    raise InputError(f"Executor.run: feed {name!r} names no Variable of this graph "
                                      f"(variables: {sorted(by_name)})")
+                uid = var.uid
             else:
-                raise InputError(f"Executor.run: feed keys must be Variables or names, got {type(key).__name__}")
-            values[var.uid] = self._feed(var, value)
-            raw[var.uid] = value
+                raise InputError(f"Executor.run: feed keys must be Variables or names, got {type(name).__name__}")
+            shape = plain.get(uid)
+            if shape is not None and type(value) is np.ndarray and value.dtype == dtype and value.shape == shape:
+                values[uid] = value    # the common case, already what the NumPy backend computes with
+            else:
+                values[uid] = self._feed(var, value)
+            raw[uid] = value
         if self.keep_feeds:
             # values kept across runs: a Variable not fed now keeps the value it was fed last
             for uid, (value, converted) in self._kept.items():
                 if uid not in values:
                     values[uid], raw[uid] = converted, value
             self._kept.update({uid: (raw[uid], values[uid]) for uid in raw})
-        schedule, free = self._schedule(outs)
-        missing = [v.name for v in self._fed_in(outs, schedule) if v.uid not in values]
-        if missing:
+        if not fed.issubset(values.keys()):
+            missing = [n.name for n in schedule if n.uid in fed and n.uid not in values]
             raise InputError(f"Executor.run: no value fed for Variable(s) {missing}")
+        if self.reuse:
+            self._stamp_feeds(raw)
         if self.backend.name == "jax" and not self.reuse:
             return self._run_jitted(outs, schedule, values, to_numpy)
-        if not self._sparse:
-            steps = self._steps(outs, schedule, free)
-            if self._plain_numpy and self._is_small(outs, schedule):
+        if steps is not None:
+            if small:
                 with one_blas_thread():
-                    self._run_steps(steps, values, raw)
-            else:
-                self._run_steps(steps, values, raw)
-            return self._finish([values[o.uid] for o in outs], to_numpy)
+                    return self._finish(steps(values, self._last_values), to_numpy)
+            return self._finish(steps(values, self._last_values), to_numpy)
+        last = self._last_values
         for step, node in enumerate(schedule):
             for uid in free.get(step - 1, ()):
                 values.pop(uid, None)
@@ -388,54 +514,71 @@ class Executor:
                 continue
             if self.reuse and not isinstance(node, Variable):
                 # Reuse a value computed from the very same fed arrays (compared by identity).
-                inputs = tuple(raw[u] for u in sorted(self._deps[node.uid]))
-                cached = self._last_values.get(node.uid)
-                if cached is not None and len(cached[0]) == len(inputs) and all(
-                        a is b for a, b in zip(cached[0], inputs)):
-                    values[node.uid] = cached[1]
-                    continue
-                values[node.uid] = self._eval(node, [values[c.uid] for c in node.inputs])
-                self._last_values[node.uid] = (inputs, values[node.uid])
+                cached = last.get(node.uid)
+                if cached is None:
+                    cached = last[node.uid] = self._eval(node, [values[c.uid] for c in node.inputs])
+                values[node.uid] = cached
             else:
                 values[node.uid] = self._eval(node, [values[c.uid] for c in node.inputs])
         return self._finish([values[o.uid] for o in outs], to_numpy)
 
-    def _fed_in(self, outs, schedule) -> list[Variable]:
-        key = ("vars",) + tuple(o.uid for o in outs)
-        if key not in self._needed:
-            self._needed[key] = [n for n in schedule if isinstance(n, Variable)]
-        return self._needed[key]
+    def _plan_run(self, outs: list, key: tuple) -> tuple:
+        """What a run of these outputs needs, worked out on the first such run: the schedule, the
+        values to free after each step, the Variables it reads, and for dense graphs the
+        compiled steps and whether to run them on one BLAS thread."""
+        for o in outs:
+            if o.uid not in self._planned:
+                raise InputError(f"Executor.run: output {o.label} was not among the planned nodes")
+        schedule, free = self._schedule(outs)
+        fed = frozenset(n.uid for n in schedule if isinstance(n, Variable))
+        steps, small = self._steps(outs, schedule, free) if not self._sparse else (None, False)
+        self._run_plans[key] = plan = (schedule, free, fed, steps, small)
+        return plan
 
-    def _steps(self, outs, schedule, free) -> list[tuple]:
-        """The schedule of a dense graph compiled once per set of outputs: for each node to
-        evaluate, (uid, evaluator, input uids, the sorted variables it depends on, uids to free
-        after it). The run loop then does no type dispatch."""
+    def _stamp_feeds(self, raw: dict) -> None:
+        """reuse=True: a Variable fed an object other than the one it was fed last drops every
+        cached value that depends on it, so what stays cached was computed from the objects fed
+        now. The last fed object is held, so a new array can never be mistaken for it."""
+        fed_last, last, dependents = self._fed_last, self._last_values, self._dependents
+        for uid, value in raw.items():
+            if fed_last.get(uid) is not value:
+                fed_last[uid] = value
+                for node_uid in dependents[uid]:
+                    last.pop(node_uid, None)
+
+    def _step_list(self, schedule, free) -> list[tuple]:
+        """For each node of a dense schedule to evaluate: (uid, evaluator, input uids, uids to
+        free after it), so running it takes no type dispatch."""
+        steps = []
+        # freeing values early bounds peak memory; when everything fits in a few MiB it only
+        # costs time
+        total = sum(math.prod(n.shape) for n in schedule) * self.dtype.itemsize
+        small = total < SMALL_GRAPH_BYTES
+        for step, node in enumerate(schedule):
+            frees = () if small else tuple(free.get(step, ()))
+            if isinstance(node, Variable):
+                if frees:
+                    steps.append((node.uid, None, (), frees))
+                continue
+            steps.append((node.uid, self._evaluator(node), tuple(c.uid for c in node.inputs), frees))
+        return steps
+
+    def _steps(self, outs, schedule, free) -> tuple[Any, bool]:
+        """The schedule of a dense graph compiled once per set of outputs into one function
+        run(values, last) -> output values (`straightline.compile_steps`), and whether the run is
+        small work to do on one BLAS thread (`serial_below_flops`)."""
         key = ("steps",) + tuple(o.uid for o in outs)
         if key not in self._needed:
-            steps = []
-            # freeing values early bounds peak memory; when everything fits in a few MiB it only
-            # costs time
-            total = sum(math.prod(n.shape) for n in schedule) * self.dtype.itemsize
-            small = total < SMALL_GRAPH_BYTES
-            for step, node in enumerate(schedule):
-                frees = () if small else tuple(free.get(step, ()))
-                if isinstance(node, Variable):
-                    steps.append((node.uid, None, (), (), frees))
-                    continue
-                steps.append((node.uid, self._evaluator(node), tuple(c.uid for c in node.inputs),
-                              tuple(sorted(self._deps[node.uid])), frees))
-            self._needed[key] = steps
+            compiled = compile_steps(self._step_list(schedule, free), [o.uid for o in outs], self.reuse)
+            self._needed[key] = (compiled, self._plain_numpy and self._is_small(schedule))
         return self._needed[key]
 
-    def _is_small(self, outs, schedule) -> bool:
-        """Whether evaluating `schedule` is small work with a product BLAS would thread (once per outputs)."""
-        key = ("small",) + tuple(o.uid for o in outs)
-        if key not in self._needed:
-            from sparsad.tensor.cost import node_cost
+    def _is_small(self, schedule) -> bool:
+        """Whether evaluating `schedule` is small work with a product BLAS would thread."""
+        from sparsad.tensor.cost import node_cost
 
-            costs = [node_cost(node) for node in schedule if node.inputs]
-            self._needed[key] = sum(costs) < self.serial_below_flops and max(costs, default=0) >= BLAS_THREADS_FROM_FLOPS
-        return self._needed[key]
+        costs = [node_cost(node) for node in schedule if node.inputs]
+        return sum(costs) < self.serial_below_flops and max(costs, default=0) >= BLAS_THREADS_FROM_FLOPS
 
     def _evaluator(self, node: Node):
         if node.uid in self._constants:
@@ -443,24 +586,10 @@ class Executor:
             return lambda *args: value
         if isinstance(node, Einsum):
             return self._plans[node.uid][1]
+        if (isinstance(node, TensorInverse) and self._plain_numpy and node.ndim == 2
+                and self.dtype in (np.float64, np.float32)):
+            return partial(_numpy_matrix_inverse, node)
         return lambda *args: self._eval(node, list(args))
-
-    def _run_steps(self, steps, values: dict, raw: dict) -> None:
-        reuse, last = self.reuse, self._last_values
-        for uid, fn, args, deps, frees in steps:
-            if fn is not None and uid not in values:
-                if reuse:
-                    inputs = tuple(raw[u] for u in deps)
-                    cached = last.get(uid)
-                    if cached is not None and all(a is b for a, b in zip(cached[0], inputs)):
-                        values[uid] = cached[1]
-                    else:
-                        values[uid] = fn(*[values[a] for a in args])
-                        last[uid] = (inputs, values[uid])
-                else:
-                    values[uid] = fn(*[values[a] for a in args])
-            for f in frees:
-                values.pop(f, None)
 
     def _finish(self, results: list, to_numpy: bool) -> list:
         if self.backend.name == "dask":
