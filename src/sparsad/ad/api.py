@@ -185,7 +185,7 @@ class Derivative(Program):
             self._compiled[wrt] = CompiledProgram(self.primal, formats=self.formats, output=self.output,
                                                   passes=self.passes, label=label,
                                                   extra_inputs=(self.seed_name,) if self.seed_name else (),
-                                                  dense_like=wrt if self.kind in ("grad", "vjp") else None,
+                                                  dense_like=wrt if self.kind in ("grad", "vjp", "jacobian") else None,
                                                   build=lambda types, dense=False, w=wrt: self._build(w, types, dense))
         return self._compiled[wrt]
 
@@ -210,12 +210,11 @@ class Derivative(Program):
             return {"jvp": "forward", "vjp": "reverse"}[self.kind]
         if self.mode != "auto":
             return self.mode
-        if self.kind == "jacobian":
-            return "tensorized"
         try:
             out = self.output_type(types or guess_types(self.primal.expr, self.declared))
         except Exception:
-            return "reverse"
+            return "tensorized" if self.kind == "jacobian" else "reverse"
+        # the Jacobian of a scalar program is its gradient: one reverse pass, not one per entry
         return "reverse" if isinstance(out, (Real, Zero)) else "tensorized"
 
     def _build(self, wrt: str, types: dict[str, Type], dense_wrt: bool = False) -> Expr:
@@ -352,6 +351,8 @@ class Derivative(Program):
         dense = isinstance(value, np.ndarray) or (isinstance(value, StoredTensor) and value.format.is_dense)
         if self.kind in ("grad", "vjp") and dense:
             return "dense"
+        if self.kind == "jacobian" and dense and tensor_order(result_type) == len(getattr(value, "shape", ())):
+            return "dense"  # the Jacobian of a scalar program: shaped like wrt, as its gradient
         if self.kind in ("grad", "vjp", "jvp") and tensor_order(result_type) == 2:
             return "csr"
         return "natural"
