@@ -186,3 +186,15 @@ def test_a_dense_result_is_not_interchanged_through_a_transposed_pattern():
     assert isinstance(result, np.ndarray)
     np.testing.assert_allclose(result, S.T @ U, rtol=1e-12, atol=1e-12)
     assert "_tpos" not in g.show("physical")  # written at any row of the dense result, in place
+
+
+def test_a_row_lookup_outside_the_generators_range_is_empty():
+    """Rows of `sum(<_, i> in (lo:hi)) ...` exist only for lo <= i < hi."""
+    program = parse("let X = sum(<_, i> in (2:5)) sum(<j, a> in M(i)) { i -> { j -> a * 2.0 } } in "
+                    "sum(<_, m> in (0:n)) sum(<j, _> in M(m)) { m -> { j -> X(m)(j) } }")
+    M = {i: {j: float(i + j + 1) for j in range(3)} for i in range(6)}
+    env = {"M": M, "n": 6}
+    types = {k: value_type(v) for k, v in env.items()}
+    fused = fuse(program, types)
+    assert not any(isinstance(node, Let) and node.name == "X" for node in walk(fused))
+    assert values_equal(evaluate(fused, env), evaluate(program, env))

@@ -15,7 +15,16 @@ Rules, tried in this order at each node:
                                                                ~> ... g[q := p, w := j] ...
   (j is one of G's keys, which are distinct: the lookup is the entry, no search, no intermediate)
 - generator inlining:         let x = G in b  ~> b[x := G]  when G is a generator (a sum that builds
-  unique keys) and every use of x in b is a sum source or a dense lookup, so each use fuses.
+  unique keys) and every use of x in b is a sum source or a dense lookup, so each use fuses;
+  but not when a use sits inside a loop of b and G is more than a view of stored levels
+  (`is_view`): inlined there, G would be rebuilt on every iteration (the cost model: a let read
+  in a loop is materialised once, by code generation, unless fusing it costs no more).
+- row lookup:                 (sum(<_, q> in (st:en)) ... { q -> g })(k)  ~>  let q = k in if st <= q < en then ... g
+  (every entry keyed by the range's own value: the lookup is that row, built where it is read)
+- rows bound per iteration:   let x = G in ... sum(<_, m> in (a:b)) ... x(m) ...
+                                  ~>  ... sum(<_, m> in (a:b)) let x_row = <row m of G> in ... x_row ...
+  (G a row generator as above, every use a lookup at a range loop's key outside other loops:
+  each row is built once, when its key comes; e.g. the masked gradient of a second sparse operand)
 """
 from __future__ import annotations
 
@@ -193,7 +202,8 @@ def _strip_row_key(body: Expr, q: str) -> Expr | None:
 
 def _row_generator(e: Expr) -> tuple[str, Expr] | None:
     """(q, row) when e is `sum(<_, q> in (st:en)) body` and every entry of body is keyed by q:
-    row q of e is `row` (body without the outer key); the keys of a range are distinct."""
+    row q of e is `row` (body without the outer key, empty unless st <= q < en); the keys of a
+    range are distinct."""
     if not (isinstance(e, Sum) and isinstance(e.source, Range) and e.val != "_"):
         return None
     row = _strip_row_key(e.body, e.val)
@@ -201,13 +211,14 @@ def _row_generator(e: Expr) -> tuple[str, Expr] | None:
         return None
     if e.key not in ("_", e.val) and e.key in _free(row):
         row = Let(e.key, Var(e.val), row)  # a range's keys are its values
-    return e.val, row
+    # a key outside the range has no row: the lookup is empty there, as in the generator
+    q = Var(e.val)
+    return e.val, If(Not(Binary("<", q, e.source.start)), If(Binary("<", q, e.source.end), row))
 
 
 def _row_lookup(e, _):
-    """(sum(<_, q> in (st:en)) ... { q -> g })(k)  ~>  let q = k in ... g: the row at key k, built
-    where it is read (keys are validated against the extents at the boundary, as for the dense
-    lookup); `hoist` then builds it once per row."""
+    """(sum(<_, q> in (st:en)) ... { q -> g })(k)  ~>  let q = k in if st <= q < en then ... g: the
+    row at key k, built where it is read; `hoist` builds it once per row where it is invariant."""
     if isinstance(e, Lookup) and not _is_dense_generator(e.dict):
         found = _row_generator(e.dict)
         if found is not None:
