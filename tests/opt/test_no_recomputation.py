@@ -198,3 +198,13 @@ def test_a_row_lookup_outside_the_generators_range_is_empty():
     fused = fuse(program, types)
     assert not any(isinstance(node, Let) and node.name == "X" for node in walk(fused))
     assert values_equal(evaluate(fused, env), evaluate(program, env))
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_a_jacobian_reverse_mode_cannot_take_is_built_in_forward_mode(interpret):
+    """pow with a computed exponent has no reverse rule: the Jacobian of the scalar program is
+    then taken in tensorized forward mode, as before reverse mode was chosen for scalars."""
+    x = np.random.default_rng(9).standard_normal(6)
+    J = sparsad.jacobian("pow(sum(<i, v> in x) pow(abs(v), 3.0), 1.0 / 3.0)", wrt="x", interpret=interpret)(x=x)
+    expected = np.sign(x) * np.abs(x) ** 2 * np.sum(np.abs(x) ** 3) ** (-2 / 3)
+    np.testing.assert_allclose(np.asarray(J), expected, rtol=1e-12)

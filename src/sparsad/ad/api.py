@@ -236,7 +236,12 @@ class Derivative(Program):
             all_types = dict(types)
             if self.kind == "vjp":
                 all_types[self.seed_name] = out
-            adjoint = reverse(expr, wrt, seed, all_types)
+            try:
+                adjoint = reverse(expr, wrt, seed, all_types)
+            except (ProgramTypeError, UnsupportedError):
+                if not (self.kind == "jacobian" and self.mode == "auto"):
+                    raise
+                return gradient(expr, wrt, types)  # what reverse mode cannot take, forward mode may
             if dense_wrt or only_iterated(expr, wrt, _order(types[wrt])):
                 return eliminate_dead_lets(inline_atoms(adjoint))  # already on wrt's pattern
             return eliminate_dead_lets(inline_atoms(mask_to_pattern(adjoint, wrt, _order(types[wrt]))))
