@@ -310,6 +310,8 @@ class Derivative(Program):
         if out_format == "value":
             return result
         if self.kind in ("jvp", "jacobian"):
+            if self.kind == "jacobian" and getattr(result, "shape", None) == getattr(inputs.get(wrt), "shape", 0):
+                return result  # a scalar program's Jacobian, already shaped like wrt (no pass over it)
             return self._zero_output(result, wrt, inputs, out_format) if _is_zero(result) else result
         value = inputs.get(wrt)
         shape = getattr(value, "shape", None)  # the cheap test first: this runs on every call
