@@ -75,7 +75,7 @@ class CompiledProgram(Program):
         from sparsad.codegen.reuse import ConversionCache
 
         self._conversions = ConversionCache()  # unchanged inputs are converted once
-        self._signatures: dict[tuple, tuple] = {}  # cheap per-call signature -> (plan key, types)
+        self._signatures: dict[tuple, dict] = {}  # cheap per-call signature -> its plan
         self._formats: list = []
         self._last: dict | None = None
 
@@ -122,19 +122,17 @@ class CompiledProgram(Program):
         # (formats by identity: hashing a format's levels costs more; `_formats` keeps them alive)
         signature = (tuple((n, id(s.format), s.shape, s.values.dtype) for n, s in stored.items()),
                      tuple((n, type(v)) for n, v in scalars.items()))
-        found = self._signatures.get(signature)
-        if found is None:
+        plan = self._signatures.get(signature)
+        if plan is None:  # the plan of these types and formats (hashing them costs per call: once)
             self._formats.extend(s.format for s in stored.values())
             logical_types = {n: t.logical_type() for n, t in stored.items()}
             logical_types.update({n: value_type(v) for n, v in scalars.items()})
             key = (tuple(sorted((n, t, tuple(extents(t))) for n, t in logical_types.items())),
                    tuple(sorted((n, s.format.describe(), str(s.values.dtype)) for n, s in stored.items())))
-            found = self._signatures[signature] = (key, logical_types)
-        key, logical_types = found
-        if key not in self._plans:
-            dense = self.dense_like in stored and stored[self.dense_like].format.is_dense
-            self._plans[key] = self._make_plan(logical_types, stored, dense)
-        plan = self._plans[key]
+            if key not in self._plans:
+                dense = self.dense_like in stored and stored[self.dense_like].format.is_dense
+                self._plans[key] = self._make_plan(logical_types, stored, dense)
+            plan = self._signatures[signature] = self._plans[key]
         self._check_keys(plan, inputs)
         if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
             plan["inputs"] = dict(inputs)
@@ -181,7 +179,10 @@ class CompiledProgram(Program):
                     key_checks=key_checks(self.base.expr, base_types),
                     shape=shape, reason=None, derived=(), natural="dense" if output == "dense" else "natural")
         try:
-            physical, stages = optimize(logical, logical_types, stored, self.passes, where=f" on {self.label}")
+            # interchange makes rows of a sparse result come out in order; a dense result is
+            # written in place at any key, and the transposed pattern would cost O(nnz) per call
+            passes = self.passes - {"interchange"} if output == "dense" else self.passes
+            physical, stages = optimize(logical, logical_types, stored, passes, where=f" on {self.label}")
             _, array_types = physical_inputs(stored)
             physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
             derived = derivation_spec(physical, physical_types)  # arrays `interchange` reads

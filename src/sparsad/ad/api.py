@@ -185,7 +185,7 @@ class Derivative(Program):
             self._compiled[wrt] = CompiledProgram(self.primal, formats=self.formats, output=self.output,
                                                   passes=self.passes, label=label,
                                                   extra_inputs=(self.seed_name,) if self.seed_name else (),
-                                                  dense_like=wrt if self.kind in ("grad", "vjp") else None,
+                                                  dense_like=wrt if self.kind in ("grad", "vjp", "jacobian") else None,
                                                   build=lambda types, dense=False, w=wrt: self._build(w, types, dense))
         return self._compiled[wrt]
 
@@ -210,12 +210,11 @@ class Derivative(Program):
             return {"jvp": "forward", "vjp": "reverse"}[self.kind]
         if self.mode != "auto":
             return self.mode
-        if self.kind == "jacobian":
-            return "tensorized"
         try:
             out = self.output_type(types or guess_types(self.primal.expr, self.declared))
         except Exception:
-            return "reverse"
+            return "tensorized" if self.kind == "jacobian" else "reverse"
+        # the Jacobian of a scalar program is its gradient: one reverse pass, not one per entry
         return "reverse" if isinstance(out, (Real, Zero)) else "tensorized"
 
     def _build(self, wrt: str, types: dict[str, Type], dense_wrt: bool = False) -> Expr:
@@ -237,7 +236,12 @@ class Derivative(Program):
             all_types = dict(types)
             if self.kind == "vjp":
                 all_types[self.seed_name] = out
-            adjoint = reverse(expr, wrt, seed, all_types)
+            try:
+                adjoint = reverse(expr, wrt, seed, all_types)
+            except (ProgramTypeError, UnsupportedError):
+                if not (self.kind == "jacobian" and self.mode == "auto"):
+                    raise
+                return gradient(expr, wrt, types)  # what reverse mode cannot take, forward mode may
             if dense_wrt or only_iterated(expr, wrt, _order(types[wrt])):
                 return eliminate_dead_lets(inline_atoms(adjoint))  # already on wrt's pattern
             return eliminate_dead_lets(inline_atoms(mask_to_pattern(adjoint, wrt, _order(types[wrt]))))
@@ -306,6 +310,8 @@ class Derivative(Program):
         if out_format == "value":
             return result
         if self.kind in ("jvp", "jacobian"):
+            if self.kind == "jacobian" and getattr(result, "shape", None) == getattr(inputs.get(wrt), "shape", 0):
+                return result  # a scalar program's Jacobian, already shaped like wrt (no pass over it)
             return self._zero_output(result, wrt, inputs, out_format) if _is_zero(result) else result
         value = inputs.get(wrt)
         shape = getattr(value, "shape", None)  # the cheap test first: this runs on every call
@@ -352,6 +358,8 @@ class Derivative(Program):
         dense = isinstance(value, np.ndarray) or (isinstance(value, StoredTensor) and value.format.is_dense)
         if self.kind in ("grad", "vjp") and dense:
             return "dense"
+        if self.kind == "jacobian" and dense and tensor_order(result_type) == len(getattr(value, "shape", ())):
+            return "dense"  # the Jacobian of a scalar program: shaped like wrt, as its gradient
         if self.kind in ("grad", "vjp", "jvp") and tensor_order(result_type) == 2:
             return "csr"
         return "natural"

@@ -111,6 +111,22 @@ def _fusable(e: Expr) -> bool:
     return isinstance(e, Sum) and _unique_entries(e.body) is not None
 
 
+def _cheap_to_repeat(name: str, value: Expr, body: Expr) -> bool:
+    """Whether lowering `value` at each use costs no more than filling it once: it is used once
+    outside loops, or it is a view of stored levels (iterating it is as cheap as iterating a copy)."""
+    from sparsad.opt.fuse import is_view, used_inside_loop
+
+    if is_view(value):
+        return True
+    uses = sum(1 for node in walk(body) if isinstance(node, Var) and node.name == name)
+    return uses <= 1 and not used_inside_loop(name, body)
+
+
+def _materializable(t: Type) -> bool:
+    """Whether `materialize` builds a container of this type (vectors and matrices of numbers)."""
+    return _depth(t) in (1, 2) and _leaf_of(t) in ("real", "int")
+
+
 def _looked_up(name: str, body: Expr) -> bool:
     return any(isinstance(node, Lookup) and node.dict == Var(name) for node in walk(body))
 
@@ -370,7 +386,8 @@ class _Lowerer:
             s, en = self.bind_local_value(pre, s, "st"), self.bind_local_value(pre, en, "en")
             env2[name] = _SubSrc(env[value.array.name].name, s, en, si, ei)
             return pre, env2, tenv2
-        if _fusable(value) and (body is None or not _looked_up(name, body)):
+        if _fusable(value) and (body is None or not _looked_up(name, body)) and (
+                body is None or _cheap_to_repeat(name, value, body) or not _materializable(value_type)):
             env2[name] = _Lazy(value, env, tenv)
             return [], env2, tenv2
         pre, container = self.materialize(name, value, env, tenv)

@@ -40,7 +40,7 @@ from sparsad.lang.printer import to_text
 from sparsad.lang.rebuild import substitute
 from sparsad.lang.syntax import Expr, Var
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, extents as type_extents
-from sparsad.memory import check_allocation, dense_bytes
+from sparsad.memory import check_allocation, dense_bytes, memory_limit, warn_threshold
 
 # ----------------------------------------------------------------------------------------
 # source emission
@@ -543,18 +543,24 @@ class Kernel:
 def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
                   workspace_sizes) -> None:
     """Size the output buffers and workspaces of one kernel call before allocating them."""
-    itemsize = np.dtype(dtype).itemsize
+    itemsize = dtype.itemsize if isinstance(dtype, np.dtype) else np.dtype(dtype).itemsize
     workspaces = 16.0 * sum(float(n) for n in workspace_sizes if isinstance(n, (int, np.integer)))
+    # the messages are formatted only for allocations the guard speaks about (per-call cost)
+    quiet = min(warn_threshold(), memory_limit())
     if plan.kind == "dense" and all(e is not None for e in extents):
-        shape = " x ".join(str(int(e)) for e in extents)
-        check_allocation(dense_bytes(extents, itemsize) + workspaces, f"the dense result ({shape}, "
-                         f"{np.dtype(dtype).name})", "compile with output='coo' or a sparse "
-                         "out_format, or solve a smaller problem", stacklevel=5)
+        nbytes = dense_bytes(extents, itemsize) + workspaces
+        if nbytes > quiet:
+            shape = " x ".join(str(int(e)) for e in extents)
+            check_allocation(nbytes, f"the dense result ({shape}, {np.dtype(dtype).name})",
+                             "compile with output='coo' or a sparse out_format, or solve a smaller problem",
+                             stacklevel=5)
     elif plan.kind in ("coo", "workspace"):
-        check_allocation(capacity * (depth * 8.0 + itemsize) + workspaces,
-                         f"the result buffers ({capacity} entries)", "the result has that many stored "
-                         "entries: restrict the program's output or solve a smaller problem", stacklevel=5)
-    elif workspaces:
+        nbytes = capacity * (depth * 8.0 + itemsize) + workspaces
+        if nbytes > quiet:
+            check_allocation(nbytes, f"the result buffers ({capacity} entries)", "the result has that many "
+                             "stored entries: restrict the program's output or solve a smaller problem",
+                             stacklevel=5)
+    elif workspaces > quiet:
         check_allocation(workspaces, "the kernel's workspaces", "solve a smaller problem", stacklevel=5)
 
 

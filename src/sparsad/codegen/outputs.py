@@ -79,13 +79,16 @@ def input_pattern(program: LoopProgram) -> tuple | None:
     row = loop.var
     pairs: dict[str, str] = {}
     arrays: set[tuple[str, str]] = set()
+    following = Op("+", Ref(row), Num(1))
+    # `row + 1` may have been bound to a local once (common-subexpression elimination)
+    next_row = {following} | {Ref(s.name) for s in loop.body if isinstance(s, Assign) and s.value == following}
 
     def visit(stmts, positions: dict) -> bool:
         for stmt in stmts:
             match stmt:
                 case For(var=p, start=Load(array=pos, index=Ref(name=r0), guarded=False),
-                         end=Load(array=pos2, index=Op(op="+", left=Ref(name=r1), right=Num(value=1)),
-                                  guarded=False), body=body) if pos == pos2 and r0 == r1 == row:
+                         end=Load(array=pos2, index=after, guarded=False), body=body) \
+                        if pos == pos2 and r0 == row and after in next_row:
                     inner = dict(positions)
                     for t in body:
                         if isinstance(t, Assign) and isinstance(t.value, Load) \

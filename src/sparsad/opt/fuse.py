@@ -15,7 +15,16 @@ Rules, tried in this order at each node:
                                                                ~> ... g[q := p, w := j] ...
   (j is one of G's keys, which are distinct: the lookup is the entry, no search, no intermediate)
 - generator inlining:         let x = G in b  ~> b[x := G]  when G is a generator (a sum that builds
-  unique keys) and every use of x in b is a sum source or a dense lookup, so each use fuses.
+  unique keys) and every use of x in b is a sum source or a dense lookup, so each use fuses;
+  but not when a use sits inside a loop of b and G is more than a view of stored levels
+  (`is_view`): inlined there, G would be rebuilt on every iteration (the cost model: a let read
+  in a loop is materialised once, by code generation, unless fusing it costs no more).
+- row lookup:                 (sum(<_, q> in (st:en)) ... { q -> g })(k)  ~>  let q = k in if st <= q < en then ... g
+  (every entry keyed by the range's own value: the lookup is that row, built where it is read)
+- rows bound per iteration:   let x = G in ... sum(<_, m> in (a:b)) ... x(m) ...
+                                  ~>  ... sum(<_, m> in (a:b)) let x_row = <row m of G> in ... x_row ...
+  (G a row generator as above, every use a lookup at a range loop's key outside other loops:
+  each row is built once, when its key comes; e.g. the masked gradient of a second sparse operand)
 """
 from __future__ import annotations
 
@@ -167,6 +176,119 @@ def _strip_unique_of(expr: Expr, name: str) -> Expr:
     return expr
 
 
+def _strip_row_key(body: Expr, q: str) -> Expr | None:
+    """body with its outermost singletons `{q -> g}` replaced by g, when every entry body makes
+    is keyed by q (through lets, ifs, sums and +), else None."""
+    match body:
+        case Singleton(key=key, value=value) if strip_unique(key) == Var(q):
+            return value
+        case Let(name=n, value=v, body=b) if n != q:
+            inner = _strip_row_key(b, q)
+            return None if inner is None else Let(n, v, inner)
+        case If(cond=c, then=t, orelse=o):
+            then = _strip_row_key(t, q)
+            orelse = None if o is None else _strip_row_key(o, q)
+            if then is None or (o is not None and orelse is None):
+                return None
+            return If(c, then, orelse)
+        case Sum(key=k, val=v, source=src, body=b) if q not in (k, v):
+            inner = _strip_row_key(b, q)
+            return None if inner is None else Sum(k, v, src, inner)
+        case Binary(op="+", left=l, right=r):
+            left, right = _strip_row_key(l, q), _strip_row_key(r, q)
+            return None if left is None or right is None else Binary("+", left, right)
+    return None
+
+
+def _row_generator(e: Expr) -> tuple[str, Expr] | None:
+    """(q, row) when e is `sum(<_, q> in (st:en)) body` and every entry of body is keyed by q:
+    row q of e is `row` (body without the outer key, empty unless st <= q < en); the keys of a
+    range are distinct."""
+    if not (isinstance(e, Sum) and isinstance(e.source, Range) and e.val != "_"):
+        return None
+    row = _strip_row_key(e.body, e.val)
+    if row is None:
+        return None
+    if e.key not in ("_", e.val) and e.key in _free(row):
+        row = Let(e.key, Var(e.val), row)  # a range's keys are its values
+    # a key outside the range has no row: the lookup is empty there, as in the generator
+    q = Var(e.val)
+    return e.val, If(Not(Binary("<", q, e.source.start)), If(Binary("<", q, e.source.end), row))
+
+
+def _row_lookup(e, _):
+    """(sum(<_, q> in (st:en)) ... { q -> g })(k)  ~>  let q = k in if st <= q < en then ... g: the
+    row at key k, built where it is read; `hoist` builds it once per row where it is invariant."""
+    if isinstance(e, Lookup) and not _is_dense_generator(e.dict):
+        found = _row_generator(e.dict)
+        if found is not None:
+            q, row = found
+            return Let(q, e.key, row)
+
+
+def _inline_row_generator(e, _):
+    """let x = G in b, G a row generator, every use of x a lookup x(m) whose key m is the value of a
+    range loop of b outside any other loop: each row of G is built once, when its key comes, as a
+    let at the top of that loop's body (code generation fills it once per row; the row's own
+    intermediates stay outside the loops that read it)."""
+    if not isinstance(e, Let):
+        return None
+    found = _row_generator(e.value)
+    if found is None:
+        return None
+    uses = sum(1 for node in walk(e.body) if isinstance(node, Var) and node.name == e.name)
+    if uses == 0 or uses != _row_lookups(e.name, e.body, frozenset(), 0):
+        return None
+    q, row = found
+    fresh = Fresh(all_names(e))
+
+    def bind_rows(node: Expr) -> Expr:
+        from sparsad.lang.rebuild import map_children
+
+        if isinstance(node, Sum) and isinstance(node.source, Range):
+            keys = [n for n in (node.key, node.val) if n != "_"]
+            if any(Lookup(Var(e.name), Var(m)) in walk(node.body) for m in keys):
+                name = fresh(f"{e.name}_row")
+                body = node.body
+                for m in keys:
+                    body = _replace_node(body, Lookup(Var(e.name), Var(m)), Var(name))
+                return Sum(node.key, node.val, node.source, Let(name, Let(q, Var(keys[-1]), row), body))
+        if isinstance(node, Sum):  # loops inside loops read no row (see _row_lookups)
+            return Sum(node.key, node.val, bind_rows(node.source), node.body)
+        return map_children(node, bind_rows)
+
+    return bind_rows(e.body)
+
+
+def _replace_node(expr: Expr, target: Expr, replacement: Expr) -> Expr:
+    from sparsad.lang.rebuild import map_children
+
+    if expr == target:
+        return replacement
+    return map_children(expr, lambda child: _replace_node(child, target, replacement))
+
+
+def _row_lookups(name: str, e: Expr, rows: frozenset, depth: int) -> int:
+    """How many lookups x(m) in e have m a range-loop value in `rows` (loops at depth 0)."""
+    match e:
+        case Lookup(dict=Var(name=n), key=Var(name=m)) if n == name:
+            return 1 if m in rows else 0
+        case Sum(key=k, val=v, source=src, body=b):
+            inner = rows
+            if depth == 0 and isinstance(src, Range):
+                inner = rows | ({k, v} - {"_"})  # a range's keys are its values
+            else:
+                inner = inner - {k, v}
+            return _row_lookups(name, src, rows, depth) + _row_lookups(name, b, inner, depth + 1)
+        case Let(name=n, value=v, body=b):
+            return _row_lookups(name, v, rows, depth) + _row_lookups(name, b, rows - {n}, depth)
+    from sparsad.lang.rebuild import map_children
+
+    counts: list[int] = []
+    map_children(e, lambda child: counts.append(_row_lookups(name, child, rows, depth)) or child)
+    return sum(counts)
+
+
 def _is_dense_generator(e: Expr) -> bool:
     """sum(<_, q> in (st:en)) { unique(q) -> g }: one entry per key of a range."""
     return (isinstance(e, Sum) and isinstance(e.source, Range) and isinstance(e.body, Singleton)
@@ -211,8 +333,56 @@ def _uses_all_fuse(name: str, body: Expr, generator: Expr) -> bool:
     return uses > 0 and uses == fusing
 
 
-def _inline_generator(e, _):
+def is_view(e: Expr) -> bool:
+    """A generator whose iteration costs O(its entries): one loop per level over a stored level
+    (a range, an input array or sub-array, a lookup), loop-free lets and conditions, and a leaf
+    that is loop-free or again a view (the storage definition of an input is one)."""
+    if not isinstance(e, Sum) or not isinstance(e.source, (Var, Range, SubArray, Lookup)):
+        return False
+    body = e.body
+    while True:
+        match body:
+            case Let(value=v, body=b) if not has_loop(v):
+                body = b
+            case If(cond=c, then=t, orelse=None) if not has_loop(c):
+                body = t
+            case _:
+                break
+    if not (isinstance(body, Singleton) and isinstance(body.key, Unique)) or has_loop(body.key):
+        return False
+    return not has_loop(body.value) or is_view(body.value)
+
+
+def _container_type(value: Expr, scope) -> bool:
+    """Whether code generation can hold `value` in a local container (a vector or matrix of
+    numbers); deeper intermediates are lowered where they are used instead."""
+    from sparsad.lang.types import Dict, Int, Real
+
+    try:
+        t = scope.type_of(value)
+    except Exception:  # noqa: BLE001 - without a type, inlining stays the safe choice
+        return False
+    depth = 0
+    while isinstance(t, Dict):
+        depth, t = depth + 1, t.value
+    return depth in (1, 2) and isinstance(t, (Real, Int))
+
+
+def used_inside_loop(name: str, body: Expr) -> bool:
+    """Whether `name` is read inside the body of a sum of `body` (a loop the let does not enclose)."""
+    from sparsad.lang.syntax import free_vars
+
+    return any(isinstance(node, Sum) and name in free_vars(node.body) for node in walk(body))
+
+
+def _inline_generator(e, scope):
+    """Inline a generator into its uses when each use fuses, unless a use sits inside a loop and
+    the generator does more work than its entries (nested loops, computed sources): inlining would
+    rebuild it on every iteration (the cost model of item 2: materialised by code generation once,
+    read per iteration)."""
     if isinstance(e, Let) and is_generator(e.value) and _uses_all_fuse(e.name, e.body, e.value):
+        if used_inside_loop(e.name, e.body) and not is_view(e.value) and _container_type(e.value, scope):
+            return None
         return substitute(e.body, e.name, e.value)
 
 
@@ -257,6 +427,8 @@ RULES = (
     Rule("lookup into a dense generator", _dense_lookup),
     Rule("sub-array of a dense generator", _dense_sub_array),
     Rule("inline a generator whose every use fuses", _inline_generator),
+    Rule("inline a row generator looked up once per row", _inline_row_generator),
+    Rule("lookup of a row of a generator keyed by its range", _row_lookup),
     Rule("inline a single-use let outside loops", _inline_single_use),
 )
 
