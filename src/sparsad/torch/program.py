@@ -27,7 +27,9 @@ import scipy.sparse as sp
 import torch
 
 from sparsad.errors import DTypeError, FormatError, InputError, ShapeError, UnsupportedError
-from sparsad.bridge import canonical_csr as _canonical, dense_result as _dense, values_on as _values_on
+from sparsad.bridge import (canonical_csr as _canonical, dense_result as _dense, stored_csr as _stored_csr,
+                            stored_dense as _stored_dense, values_on as _values_on)
+from sparsad.formats import StoredTensor
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.matrix import SparseMatrix
 
@@ -69,12 +71,18 @@ class _Call:
 
 
 def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> Any:
-    array = np.ascontiguousarray(tensor.detach().cpu().numpy())  # vmap slices can have stride 0
+    """A tensor as the kernel reads it: a float, or a StoredTensor sharing the tensor's memory
+    (no copy unless strided, e.g. vmap slices with stride 0; no second validation: a dense
+    array has no indices, and a SparseMatrix's pattern was checked when it was made)."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    array = np.ascontiguousarray(tensor.numpy())
     if kind == "scalar":
         return float(array)
     if kind == "sparse":
-        return pattern.to_scipy(array)
-    return array
+        return _stored_csr(pattern, array)
+    return _stored_dense(array)
 
 
 class _ProgramFunction(torch.autograd.Function):
@@ -167,6 +175,9 @@ class TorchProgram:
         self._compiled = sparsad.compile(self.program)
         self._derived: dict[tuple, "TorchProgram"] = {}
         self._interpret = False
+        from sparsad.bridge import fresh_name
+
+        self._seed = fresh_name("sparsad_seed", names)  # the cotangent/tangent input of derivatives
 
     def __repr__(self) -> str:
         return f"TorchProgram({self.program!r}, wrt={list(self.wrt)}, layout={self.layout.kind!r})"
@@ -189,7 +200,7 @@ class TorchProgram:
                     constants[name] = value.detach().cpu().numpy()
                     continue
                 kind, pattern, tensor = ("scalar" if value.ndim == 0 else "dense"), None, value
-            elif isinstance(value, (bool, int, float, np.generic, np.ndarray)) or sp.issparse(value):
+            elif isinstance(value, (bool, int, float, np.generic, np.ndarray, StoredTensor)) or sp.issparse(value):
                 constants[name] = value
                 continue
             else:
@@ -239,7 +250,10 @@ class TorchProgram:
             csr = _canonical(result)
             call.out_pattern = CSRPattern(csr.indptr, csr.indices, csr.shape, check=False)
             array = csr.data
-        return torch.as_tensor(np.array(array, order="C")).to(call.dtype)
+        array = np.asarray(array)
+        if not (array.flags.c_contiguous and array.flags.owndata):  # never alias an input's buffer
+            array = np.array(array, order="C")
+        return torch.from_numpy(array).to(call.dtype)
 
     def _run_numpy(self, inputs: dict[str, Any]) -> Any:
         """The compiled kernel; if compiling fails inside sparsad (not on the caller's input), the
@@ -259,9 +273,9 @@ class TorchProgram:
     # -- derivatives ---------------------------------------------------------------------------
     def _derived_program(self, kind: str, name: str, call: _Call) -> tuple["TorchProgram | None", str]:
         import sparsad
-        from sparsad.bridge import derivative_expr, fresh_name
+        from sparsad.bridge import derivative_expr
 
-        seed = fresh_name("sparsad_seed", self.program.inputs)
+        seed = self._seed
         key = (kind, name, tuple(sorted(call.types.items())))
         if key not in self._derived:
             # a derivative that is identically zero (the empty dictionary) is no program to run
@@ -284,10 +298,11 @@ class TorchProgram:
         derived, seed = self._derived_program("vjp", name, call)
         if derived is None:
             return torch.zeros_like(tensors[k])
-        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in derived.program.inputs}
-        if seed in derived.program.inputs:
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in reads}
+        if seed in reads:
             inputs[seed] = self._as_input(out_pattern, grad)
-        if not derived.program.inputs or set(derived.program.inputs) - set(inputs):
+        if not reads or reads - set(inputs):
             return torch.zeros_like(tensors[k])  # the derivative program is a constant zero
         return derived._call(inputs, layout).to(tensors[k].dtype)
 
@@ -297,10 +312,11 @@ class TorchProgram:
         derived, seed = self._derived_program("jvp", name, call)
         if derived is None:
             return torch.zeros(out_shape, dtype=call.dtype)
-        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in derived.program.inputs}
-        if seed in derived.program.inputs:
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in reads}
+        if seed in reads:
             inputs[seed] = self._as_input(call.patterns[k], tangent)
-        if not derived.program.inputs or set(derived.program.inputs) - set(inputs):
+        if not reads or reads - set(inputs):
             return torch.zeros(out_shape, dtype=call.dtype)
         return derived._call(inputs, layout).to(call.dtype)
 
