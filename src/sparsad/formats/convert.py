@@ -218,6 +218,8 @@ def _from_jax_sparse(matrix, format, name, label) -> StoredTensor:
 def _from_pydata(array, format, name, label) -> StoredTensor:
     if getattr(array, "format", None) == "coo":  # checked before pydata's numba routines read them
         check_coordinate_rows(array.coords, tuple(array.shape), label)
+    elif hasattr(array, "indptr") and hasattr(array, "compressed_axes"):  # GCXS, CSR, CSC
+        _check_pydata_compressed(array, label)
     as_coo = array.asformat("coo")
     if np.any(as_coo.fill_value != 0):
         raise FormatError(f"{label}: pydata/sparse array has fill value {as_coo.fill_value}; "
@@ -226,6 +228,20 @@ def _from_pydata(array, format, name, label) -> StoredTensor:
     fmt = format if format is not None else coo(as_coo.ndim)
     coords = np.asarray(as_coo.coords, dtype=np.int64).reshape(as_coo.ndim, -1)
     return from_coordinates(coords, as_coo.data, as_coo.shape, fmt, name)
+
+
+def _check_pydata_compressed(array, label: str) -> None:
+    """A pydata GCXS (or CSR/CSC) is a CSR matrix of shape (product of the compressed axes'
+    extents, product of the others'): its indptr and indices are checked as such."""
+    shape = tuple(int(n) for n in array.shape)
+    axes = tuple(int(a) for a in (array.compressed_axes or ()))
+    if any(not 0 <= a < len(shape) for a in axes):
+        raise FormatError(f"{label}: compressed_axes {axes} outside the {len(shape)} axes")
+    outer = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    inner = int(np.prod([n for a, n in enumerate(shape) if a not in axes], dtype=np.int64))
+    pointers, _ = check_compressed(array.indptr, array.indices, outer, inner, label)
+    if len(np.asarray(array.data)) < pointers[-1]:
+        raise FormatError(f"{label}: data has {len(np.asarray(array.data))} entries but indptr stores {pointers[-1]}")
 
 
 def _index_dtype(stored: StoredTensor):
