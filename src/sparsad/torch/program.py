@@ -157,7 +157,8 @@ class TorchProgram:
     """A sparsad program callable on torch tensors, differentiable in every tensor input (see the
     module docstring). Build with `compile_program`."""
 
-    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural"):
+    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural",
+                 _output: str = "auto"):
         import sparsad
 
         if out_format not in OUT_FORMATS:
@@ -172,7 +173,7 @@ class TorchProgram:
             if unknown:
                 raise InputError(f"wrt names {unknown}, which the program does not read; its inputs are {names}")
         self.layout = _Layout(out_format)
-        self._compiled = sparsad.compile(self.program)
+        self._compiled = sparsad.compile(self.program, output=_output)  # "dense": a derivative's dense layout
         self._derived: dict[tuple, "TorchProgram"] = {}
         self._interpret = False
         from sparsad.bridge import fresh_name
@@ -271,16 +272,20 @@ class TorchProgram:
             return self.program(**inputs)
 
     # -- derivatives ---------------------------------------------------------------------------
-    def _derived_program(self, kind: str, name: str, call: _Call) -> tuple["TorchProgram | None", str]:
+    def _derived_program(self, kind: str, name: str, call: _Call,
+                         dense: bool = False) -> tuple["TorchProgram | None", str]:
+        """The vjp/jvp program w.r.t. `name` for the call's types; `dense`: its result is read
+        as a dense array (kernels then write one directly, no sparse assembly)."""
         import sparsad
         from sparsad.bridge import derivative_expr
 
         seed = self._seed
-        key = (kind, name, tuple(sorted(call.types.items())))
+        key = (kind, name, dense, tuple(sorted(call.types.items())))
         if key not in self._derived:
             # a derivative that is identically zero (the empty dictionary) is no program to run
             expr = derivative_expr(self.program, kind, name, call.types, seed)
-            self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr))
+            self._derived[key] = None if expr is None else \
+                TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
         return self._derived[key], seed
 
     def _rebuild(self, call: _Call, tensors) -> dict[str, Any]:
@@ -295,7 +300,7 @@ class TorchProgram:
     def _vjp(self, call: _Call, out_pattern, k: int, tensors, grad: torch.Tensor) -> torch.Tensor:
         name, kind, pattern = call.names[k], call.kinds[k], call.patterns[k]
         layout = _Layout("pattern", pattern=pattern) if kind == "sparse" else _Layout("dense", tuple(tensors[k].shape))
-        derived, seed = self._derived_program("vjp", name, call)
+        derived, seed = self._derived_program("vjp", name, call, dense=kind == "dense")
         if derived is None:
             return torch.zeros_like(tensors[k])
         reads = derived.program._input_names()
@@ -309,7 +314,7 @@ class TorchProgram:
     def _jvp(self, call: _Call, out_pattern, out_shape, k: int, tensors, tangent: torch.Tensor) -> torch.Tensor:
         name = call.names[k]
         layout = _Layout("pattern", pattern=out_pattern) if out_pattern is not None else _Layout("dense", out_shape)
-        derived, seed = self._derived_program("jvp", name, call)
+        derived, seed = self._derived_program("jvp", name, call, dense=out_pattern is None and len(out_shape) > 0)
         if derived is None:
             return torch.zeros(out_shape, dtype=call.dtype)
         reads = derived.program._input_names()
