@@ -62,6 +62,15 @@ class _Call:
     layout: _Layout
     out_pattern: CSRPattern | None = None
     types: dict = field(default_factory=dict)
+    shapes: tuple = ()  # of the tensors
+
+    def signature(self) -> tuple:
+        """What the input types depend on (names, kinds, shapes; constants' kinds and shapes):
+        a cheap key for the derivative programs (hashing the types costs more)."""
+        tensors = tuple((n, k, p.shape if p is not None else None) for n, k, p in zip(self.names, self.kinds, self.patterns))
+        constants = tuple((n, type(v).__name__, getattr(v, "shape", None), getattr(getattr(v, "dtype", None), "kind", None))
+                          for n, v in sorted(self.constants.items()))
+        return tensors, constants
 
     def numpy_inputs(self, tensors: Iterable[torch.Tensor]) -> dict[str, Any]:
         inputs = dict(self.constants)
@@ -88,7 +97,9 @@ def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> An
 class _ProgramFunction(torch.autograd.Function):
     @staticmethod
     def forward(call: _Call, *tensors: torch.Tensor) -> torch.Tensor:
-        return call.owner._run_forward(call, tensors)
+        if torch.compiler.is_compiling():  # NumPy and Numba: a graph break, never a trace
+            return _run_forward_untraced(call, tensors)
+        return call.owner._run_forward(call, tensors)  # (the disable wrapper costs per call)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -139,6 +150,11 @@ class _ProgramFunction(torch.autograd.Function):
         return torch.stack(results), 0
 
 
+@torch.compiler.disable
+def _run_forward_untraced(call: _Call, tensors) -> torch.Tensor:
+    return call.owner._run_forward(call, tensors)
+
+
 def _surely_nonzero(tensor: torch.Tensor) -> bool:
     """True when `tensor` can be read and has a nonzero entry (under vmap it cannot be read)."""
     try:
@@ -163,6 +179,8 @@ class TorchProgram:
 
         if out_format not in OUT_FORMATS:
             raise InputError(f"out_format={out_format!r} is not one of {OUT_FORMATS}")
+        if out_format == "dense":
+            _output = "dense"  # the kernel writes the dense result itself (no sparse assembly)
         self.program = sparsad.program(prog)
         names = self.program.inputs
         if wrt is None:
@@ -217,7 +235,8 @@ class TorchProgram:
         if dtypes - {torch.float32, torch.float64}:
             raise DTypeError(f"tensor inputs must be float32 or float64, got {sorted(map(str, dtypes))}")
         dtype = torch.float64 if (torch.float64 in dtypes or not dtypes) else torch.float32
-        call = _Call(self, tuple(names), tuple(kinds), tuple(patterns), constants, dtype, layout)
+        call = _Call(self, tuple(names), tuple(kinds), tuple(patterns), constants, dtype, layout,
+                     shapes=tuple(tuple(t.shape) for t in tensors))
         if not tensors:  # nothing to differentiate: run directly
             return self._wrap(call, self._run_forward(call, ()))
         return self._wrap(call, _ProgramFunction.apply(call, *tensors))
@@ -227,7 +246,6 @@ class TorchProgram:
             return SparseMatrix._wrap(call.out_pattern, values)
         return values
 
-    @torch.compiler.disable  # NumPy and Numba: a graph break under torch.compile, never a trace
     def _run_forward(self, call: _Call, tensors) -> torch.Tensor:
         from sparsad.lang.typecheck import value_type
 
@@ -280,7 +298,7 @@ class TorchProgram:
         from sparsad.bridge import derivative_expr
 
         seed = self._seed
-        key = (kind, name, dense, tuple(sorted(call.types.items())))
+        key = (kind, name, dense, call.signature(), call.shapes)  # the same key, the same types
         if key not in self._derived:
             # a derivative that is identically zero (the empty dictionary) is no program to run
             expr = derivative_expr(self.program, kind, name, call.types, seed)
