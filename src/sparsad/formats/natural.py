@@ -166,7 +166,7 @@ def _as_torch(result: Any, inputs: Mapping[str, Any]) -> Any:
                                            torch.from_numpy(np.ascontiguousarray(csr.data)).to(dtype),
                                            size=csr.shape, device=device)
     if isinstance(result, np.ndarray):
-        array = np.ascontiguousarray(result)
+        array = result if result.flags.c_contiguous else np.ascontiguousarray(result)  # (keeps 0-d)
         tensor = torch.from_numpy(array)
         return tensor.to(device=device, dtype=dtype) if array.dtype.kind == "f" else tensor.to(device)
     return result

@@ -84,11 +84,11 @@ def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> An
     (no copy unless strided, e.g. vmap slices with stride 0; no second validation: a dense
     array has no indices, and a SparseMatrix's pattern was checked when it was made)."""
     tensor = tensor.detach()
+    if kind == "scalar":  # (not through ascontiguousarray, which makes a 0-d array 1-d)
+        return float(tensor.item())
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     array = np.ascontiguousarray(tensor.numpy())
-    if kind == "scalar":
-        return float(array)
     if kind == "sparse":
         return _stored_csr(pattern, array)
     return _stored_dense(array)
@@ -171,7 +171,16 @@ def _same_pattern(a: CSRPattern | None, b: CSRPattern | None) -> bool:
 
 class TorchProgram:
     """A sparsad program callable on torch tensors, differentiable in every tensor input (see the
-    module docstring). Build with `compile_program`."""
+    module docstring). Build with `compile_program`.
+
+    >>> import torch, sparsad.torch as st
+    >>> norm2 = st.compile_program("sum(<i, a> in v) a * a")
+    >>> type(norm2).__name__
+    'TorchProgram'
+    >>> v = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> norm2(v=v).backward(); v.grad
+    tensor([2., 4.], dtype=torch.float64)
+    """
 
     def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural",
                  _output: str = "auto"):
@@ -202,7 +211,12 @@ class TorchProgram:
         return f"TorchProgram({self.program!r}, wrt={list(self.wrt)}, layout={self.layout.kind!r})"
 
     # -- calling -----------------------------------------------------------------------------
-    def __call__(self, **inputs: Any) -> Any:
+    def __call__(self, *args: Any, **inputs: Any) -> Any:
+        """Run on torch tensors given by keyword or by position in `program.inputs` order."""
+        if args:
+            from sparsad.lang.program import bind_inputs
+
+            inputs = bind_inputs(self.program.inputs, args, inputs)
         return self._call(inputs, self.layout)
 
     def _call(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
