@@ -6,7 +6,10 @@ real graphs (Planetoid, SuiteSparse) from /work/shared/data. Single-threaded eve
     .venv/bin/python -m bench.frameworks [--quick]      # or: sparsad bench frameworks
 
 Writes bench/results/frameworks.csv and frameworks.png; ratios are times over the
-`sparsad.torch.compile_program` time of the same layer and matrix, in the same run.
+`sparsad.torch.compile_program` time of the same layer and matrix, in the same run. For our
+rows, "kernel ms" is the time spent inside compiled programs (sparsad.compile calls: plan
+lookup plus kernel) and "bridge ms" the rest of the step (autograd Function or JAX primitive,
+conversions, derivative dispatch); a small random graph shows the fixed per-call overhead.
 """
 from __future__ import annotations
 
@@ -47,6 +50,9 @@ def graphs(quick: bool) -> list[tuple[str, sp.csr_matrix]]:
             continue
         if matrix is not None:
             found.append((name, sp.csr_matrix(matrix)))
+    rng = np.random.default_rng(0)
+    small = sp.random(300, 300, density=4.0 / 300, random_state=rng, format="csr")
+    found.append(("random-300", small))  # kernels of microseconds: the bridge's fixed cost shows
     out = []
     for name, adjacency in found:
         adjacency = sp.csr_matrix((abs(adjacency) + abs(adjacency).T) > 0, dtype=np.float64)
@@ -151,6 +157,36 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
     }
 
 
+def kernel_split(step, repeat: int) -> tuple[float, float]:
+    """(seconds inside compiled programs, seconds elsewhere) per call of `step`, median-free
+    (mean over `repeat` calls after one warm-up)."""
+    import time
+
+    import sparsad.compiler as compiler
+
+    original = compiler.CompiledProgram.__call__
+    spent = [0.0]
+
+    def clocked(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    compiler.CompiledProgram.__call__ = clocked
+    try:
+        step()
+        spent[0] = 0.0
+        start = time.perf_counter()
+        for _ in range(repeat):
+            step()
+        total = time.perf_counter() - start
+    finally:
+        compiler.CompiledProgram.__call__ = original
+    return spent[0] / repeat, (total - spent[0]) / repeat
+
+
 def main(quick: bool = False) -> None:
     import torch
 
@@ -165,16 +201,20 @@ def main(quick: bool = False) -> None:
     rows = []
     for name, a_hat in graphs(quick):
         print(f"{name}: n={a_hat.shape[0]}, nnz={a_hat.nnz}", flush=True)
-        times, values = {}, {}
+        times, values, split = {}, {}, {}
         for key, (step, value) in torch_cases(a_hat, features, hidden).items():
             times[key] = best_time(step, repeat=3 if quick else 7, warmup=2, budget_s=5 if quick else 20)
             values[key] = value()
+            if "compile_program" in key[1]:
+                split[key] = kernel_split(step, 3 if quick else 5)
         import jax
 
         with jax.enable_x64(True):
             for key, (step, value) in jax_cases(a_hat, features, hidden).items():
                 times[key] = best_time(step, repeat=3 if quick else 7, warmup=2, budget_s=5 if quick else 20)
                 values[key] = value()
+                if "compile_program" in key[1]:
+                    split[key] = kernel_split(step, 3 if quick else 5)
         for (layer, impl), seconds in times.items():
             ours = (layer, "sparsad.torch.compile_program")
             jax_ours = (layer, "sparsad.jax.compile_program")
@@ -182,8 +222,11 @@ def main(quick: bool = False) -> None:
             reference = values[jax_ours if "jax" in impl and jax_ours in values else ours]
             rows.append({"matrix": name, "n": a_hat.shape[0], "nnz": a_hat.nnz, "layer": layer, "impl": impl,
                          "ms": 1e3 * seconds, "time / compile_program": seconds / times[ours],
+                         "kernel ms": 1e3 * split[(layer, impl)][0] if (layer, impl) in split else "",
+                         "bridge ms": 1e3 * split[(layer, impl)][1] if (layer, impl) in split else "",
                          "max |value - ours|": float(np.max(np.abs(values[(layer, impl)] - reference)))})
-    print_table(rows, ["matrix", "nnz", "layer", "impl", "ms", "time / compile_program", "max |value - ours|"])
+    print_table(rows, ["matrix", "nnz", "layer", "impl", "ms", "time / compile_program", "kernel ms", "bridge ms",
+                       "max |value - ours|"])
     path = write_csv("frameworks", rows)
     plot = plot_bars("frameworks", [dict(r, label=f"{r['matrix']}:{r['layer']}:{r['impl']}") for r in rows
                                     if r["impl"] != "sparsad.torch.compile_program"],

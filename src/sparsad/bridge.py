@@ -15,6 +15,35 @@ from sparsad.errors import UnsupportedError
 from sparsad.ops.pattern import CSRPattern
 
 
+_DENSE_FORMATS: dict[int, Any] = {}
+
+
+def stored_dense(array: np.ndarray):
+    """A C-contiguous array as a dense StoredTensor without copying or re-validating (a dense
+    array holds no indices to check). One Format object per order: compiled programs find
+    their plan by the format's identity."""
+    from sparsad.formats import StoredTensor
+    from sparsad.formats.format import dense
+
+    fmt = _DENSE_FORMATS.get(array.ndim)
+    if fmt is None:
+        fmt = _DENSE_FORMATS[array.ndim] = dense(array.ndim)
+    fields = {level.size: int(array.shape[m]) for level, m in zip(fmt.levels, fmt.mode_order)}
+    fields[fmt.values] = array.reshape(-1)
+    return StoredTensor._trusted(fmt, array.shape, fields)
+
+
+def stored_csr(pattern: CSRPattern, values: np.ndarray):
+    """Values on a CSRPattern (validated when the pattern was made: sorted, unique, in range)
+    as a CSR StoredTensor sharing the arrays."""
+    from sparsad.formats import CSR, StoredTensor
+
+    if values.shape != (pattern.nnz,):
+        raise UnsupportedError(f"{values.shape[0] if values.ndim else 0} values for a pattern of {pattern.nnz} entries")
+    return StoredTensor._trusted(CSR, pattern.shape, {"len": pattern.shape[0], "pos": pattern.indptr,
+                                                       "idx": pattern.indices, "val": values})
+
+
 def canonical_csr(matrix) -> sp.csr_matrix:
     csr = sp.csr_matrix(matrix, copy=True)
     csr.sum_duplicates()

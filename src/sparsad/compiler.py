@@ -18,6 +18,7 @@ from sparsad.errors import (FallbackWarning, InputError, OptionError, SparsadErr
                             did_you_mean)
 from sparsad.formats import StoredTensor, as_format
 from sparsad.formats.levels import Singleton
+from sparsad.formats.natural import natural_result
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
@@ -215,14 +216,16 @@ class CompiledProgram(Program):
         plan = self.plan(inputs)
         if plan["kernel"] is not None:
             result = plan["kernel"].run(plan["arrays"])
-            return _convert(result, plan, out_format)
+            return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], plan.pop("inputs"))
         else:
             value = evaluate(plan["physical"], plan["arrays"])
+        asked = out_format
         if out_format == "natural":
             out_format = plan["natural"]
-        return value if out_format == "value" else to_natural(value, plan["result_type"], out_format)
+        return value if out_format == "value" else \
+            natural_result(to_natural(value, plan["result_type"], out_format), inputs, asked)
 
     def show(self, stage: str = "code") -> str:
         """A stage of the last compilation: any pass name, "optimized"/"physical", or "code"."""

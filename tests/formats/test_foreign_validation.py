@@ -95,3 +95,30 @@ def test_random_corruptions_of_csr_arrays_never_pass_silently(rows, cols, data):
         return
     # accepted: then the arrays were valid, and the stored tensor is what scipy reads from them
     np.testing.assert_array_equal(stored.to_numpy(), corrupted.toarray())
+
+
+def test_scipy_lil_with_inconsistent_rows_is_refused():
+    """scipy converts a lil matrix's per-row lists without checking them (a row with more
+    columns than values read past its data)."""
+    matrix = sp.lil_matrix((3, 3))
+    matrix[0, 1] = 1.0
+    matrix.rows[0] = [1, 2]
+    with pytest.raises(FormatError, match="lil row 0 has 2 column indices but 1 values"):
+        F.as_format(matrix)
+    np.testing.assert_array_equal(F.as_format(sp.lil_matrix(np.eye(3))).to_numpy(), np.eye(3))
+
+
+def test_pydata_compressed_arrays_are_checked_before_pydata_reads_them():
+    sparse = pytest.importorskip("sparse")
+    bad_index = sparse.GCXS((np.ones(3), np.array([0, 7, 1]), np.array([0, 1, 2, 3])), shape=(3, 3),
+                            compressed_axes=[0])
+    with pytest.raises(FormatError, match="index 7"):
+        F.as_format(bad_index)
+    bad_pointers = sparse.GCXS((np.ones(3), np.array([0, 1, 1]), np.array([0, 3, 1, 3])), shape=(3, 3),
+                               compressed_axes=[0])  # decoded silently wrong by pydata itself
+    with pytest.raises(FormatError, match="non-decreasing"):
+        sparsad.program("sum(<i, r> in A) sum(<j, a> in r) a")(A=bad_pointers)
+    for axes in ([0], [1], [0, 2]):
+        dense = np.arange(24.0).reshape(2, 3, 4) if len(axes) == 2 else np.arange(12.0).reshape(3, 4)
+        good = sparse.GCXS.from_numpy(dense, compressed_axes=axes)
+        np.testing.assert_array_equal(F.as_format(good).to_numpy(), dense)

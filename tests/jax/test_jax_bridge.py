@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -157,3 +158,43 @@ def test_compile_program_under_every_transform():
     g = lambda x: jnp.sum(energy(A=A, x=x) ** 2)  # noqa: E731
     gd = lambda x: jnp.sum(((A.to_dense() * jnp.outer(jnp.exp(x), jnp.sin(x))).sum(1)) ** 2)  # noqa: E731
     _close(jax.jit(jax.grad(g))(x), jax.grad(gd)(x))
+
+
+SCALAR_ENERGY = "sum(<i, r> in A) sum(<j, a> in r) a * exp(x(i)) * sin(x(j))"
+SQUARED_SPMV = "sum(<i, r> in A) { i -> sum(<j, a> in r) a * a * x(j) }"
+_SECOND: dict = {}
+
+
+def _second(text, wrt=None):
+    if (text, wrt) not in _SECOND:  # one program per text: its derivative programs compile once
+        _SECOND[(text, wrt)] = sj.compile_program(text, wrt=wrt)
+    return _SECOND[(text, wrt)]
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 10_000))
+def test_compile_program_second_derivatives_match_dense(seed):
+    """grad of grad, hessian (jacfwd of jacrev) and jit: the derivative programs are themselves
+    differentiated (their own jvp/vjp programs), against jax.numpy dense autodiff."""
+    rng = np.random.default_rng(seed)
+    A = _matrix(5, 5, 0.5, seed % 97 + 1, shift=1.0)
+    x = jnp.asarray(rng.standard_normal(5))
+    energy = _second(SCALAR_ENERGY, "x")
+    f = lambda x: energy(A=A, x=x)  # noqa: E731
+    fd = lambda x: jnp.sum(A.to_dense() * jnp.outer(jnp.exp(x), jnp.sin(x)))  # noqa: E731
+    _close(jax.hessian(f)(x), jax.hessian(fd)(x))
+    _close(jax.jit(jax.jacfwd(jax.jacrev(f)))(x), jax.hessian(fd)(x))
+    square_grad = lambda h: (lambda x: jnp.sum(jax.grad(h)(x) ** 2))  # noqa: E731
+    _close(jax.grad(square_grad(f))(x), jax.grad(square_grad(fd))(x))
+
+    # sparse values and a dense vector together, vector output: mixed second derivatives
+    spmv = _second(SQUARED_SPMV)
+    g = lambda a, x: jnp.sum(jnp.sin(spmv(A=A.with_values(a), x=x)))  # noqa: E731
+    gd = lambda a, x: jnp.sum(jnp.sin((A.with_values(a).to_dense() ** 2) @ x))  # noqa: E731
+    a = A.values * (1.0 + 0.1 * rng.standard_normal(A.values.shape))
+    _close(jax.hessian(g, (0, 1))(a, x), jax.hessian(gd, (0, 1))(a, x))
+    # forward over reverse, batched: a Hessian-vector product under vmap
+    hvp = lambda v: jax.jvp(jax.grad(lambda x: g(a, x)), (x,), (v,))[1]  # noqa: E731
+    hvpd = lambda v: jax.jvp(jax.grad(lambda x: gd(a, x)), (x,), (v,))[1]  # noqa: E731
+    directions = jnp.asarray(rng.standard_normal((2, 5)))
+    _close(jax.vmap(hvp)(directions), jax.vmap(hvpd)(directions))

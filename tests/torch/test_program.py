@@ -207,3 +207,24 @@ def test_torch_compile_of_a_program_layer():
     out, want = compiled(*leaves), torch.relu(dense(*ref)).sum()
     _close(out, want)
     _close(torch.autograd.grad(out, leaves), torch.autograd.grad(want, ref))
+
+
+def test_stride_zero_inputs_in_fresh_programs_match_dense():
+    """Broadcast views (stride 0: torch .expand, np.broadcast_to) as inputs and constants of a
+    program built anew (its derivative programs renamed apart from scratch): the values and
+    gradients still match dense autograd (a once-suspected 'unbound variable Q_2' is not seen)."""
+    import warnings
+
+    _, dense, (Q, K, V) = _case("attention", seed=3)
+    A = sparse(6, 6, 0.35, 4, shift=1.0)
+    mask = dense_of(A)(torch.ones_like(A.values)) != 0
+    f = st.compile_program(ATTENTION, wrt=("Q", "K"), out_format="dense")
+    K_row, V_row = K[0].clone().requires_grad_(True), V[0]
+    K_wide = K_row.expand(6, 3)  # stride 0 along the rows
+    V_wide = np.broadcast_to(V_row.numpy(), (6, 2))  # a constant numpy view, stride 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = f(A=A, Q=Q.requires_grad_(True), K=K_wide, V=V_wide)
+    want = torch.softmax((Q @ K_wide.T).masked_fill(~mask, float("-inf")), 1) @ torch.as_tensor(V_wide)
+    _close(got, want)
+    _close(torch.autograd.grad(got.sin().sum(), (Q, K_row)), torch.autograd.grad(want.sin().sum(), (Q, K_row)))

@@ -17,6 +17,7 @@ from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
+from sparsad.formats.natural import natural_result
 from sparsad.lang.program import Program, program as make_program, to_natural
 from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var
 from sparsad.lang.typecheck import infer, value_type
@@ -262,8 +263,10 @@ class Derivative(Program):
             if self.seed_name:
                 call_inputs[self.seed_name] = inputs[self.seed_name]
             try:
-                results = {w: self._shaped_zero(self._compiled_for(w)(out_format=out_format, **call_inputs),
-                                                w, inputs, out_format) for w in self.wrt}
+                results = {w: natural_result(self._shaped_zero(self._compiled_for(w)(out_format=out_format,
+                                                                                     **call_inputs),
+                                                               w, inputs, out_format), inputs, out_format)
+                           for w in self.wrt}
                 return results[self.wrt[0]] if len(self.wrt) == 1 else results
             except ProgramTypeError as error:
                 # the user's own type errors first; otherwise the derivative program we built does
@@ -289,10 +292,10 @@ class Derivative(Program):
                     env_types[tangent_name(wrt) if self.seed_name is None else self.seed_name] = types[wrt]
                 value = evaluate(expr, inputs, check_shapes=True)
                 result_type = _result_type(expr, env_types, self.output_type(types), types[wrt], self.kind)
-            if out_format == "natural":
-                out_format = self._natural_format(wrt, inputs, result_type)
-            results[wrt] = value if out_format == "value" else \
-                self._shaped_zero(to_natural(value, result_type, out_format), wrt, inputs, out_format)
+            # per input: the natural format of one wrt is not another's
+            form = self._natural_format(wrt, inputs, result_type) if out_format == "natural" else out_format
+            results[wrt] = value if form == "value" else natural_result(
+                self._shaped_zero(to_natural(value, result_type, form), wrt, inputs, form), inputs, out_format)
         return results[self.wrt[0]] if len(self.wrt) == 1 else results
 
     def _warn_fallback(self, why: str) -> None:

@@ -17,8 +17,8 @@ from sparsad.errors import DensifyWarning, FormatError, InputError, UnsupportedE
 from sparsad.formats.format import CSC, CSR, Format, coo, dense, resolve
 from sparsad.formats.levels import Dense
 from sparsad.formats.tensor import SCIPY_FORMATS, StoredTensor, build_levels, scatter_dense
-from sparsad.formats.validate import (check_coordinate_rows, check_range, check_scipy, check_shape,
-                                      check_torch_sparse, validate_fields, value_array)
+from sparsad.formats.validate import (check_compressed, check_coordinate_rows, check_range, check_scipy,
+                                      check_shape, check_torch_sparse, index_array, validate_fields, value_array)
 from sparsad.memory import check_allocation, memory_limit
 
 
@@ -31,7 +31,7 @@ def from_arrays(fmt: Format | str, shape: Any, name: str | None = None, **fields
         except FormatError as error:
             raise FormatError(f"input {name!r} ({fmt}): {error}" if name else str(error)) from None
     shape, checked = validate_fields(fmt, shape, fields, name)
-    return StoredTensor(fmt, shape, checked)
+    return StoredTensor._trusted(fmt, shape, checked)
 
 
 DENSIFY_WARN_BYTES = 1 << 20  # storing a sparse input densely warns from this size on
@@ -70,7 +70,7 @@ def from_coordinates(coords: Any, values: Any, shape: Any, fmt: Format | str,
     if index_dtype == np.int32 and max(shape_tuple + (coords.shape[1],), default=0) >= 2**31 - 1:
         index_dtype = np.int64
     fields = build_levels(fmt, shape_tuple, coords, values, index_dtype)
-    return StoredTensor(fmt, shape_tuple, fields)
+    return StoredTensor._trusted(fmt, shape_tuple, fields)
 
 
 def as_format(value: Any, format: Format | str | None = None, name: str | None = None) -> StoredTensor:
@@ -96,6 +96,8 @@ def as_format(value: Any, format: Format | str | None = None, name: str | None =
         return _from_torch(value, format, name, label)
     if module == "sparse" and hasattr(value, "asformat"):
         return _from_pydata(value, format, name, label)
+    if module == "jax" and type(value).__name__ in ("BCOO", "BCSR"):
+        return _from_jax_sparse(value, format, name, label)
     try:
         import scipy.sparse as sp
     except ImportError:  # pragma: no cover
@@ -120,7 +122,7 @@ def _from_numpy(array: np.ndarray, format, name, label) -> StoredTensor:
         stored = np.ascontiguousarray(values.transpose(fmt.mode_order)).reshape(-1)
         fields = {level.size: int(values.shape[m]) for level, m in zip(fmt.levels, fmt.mode_order)}
         fields[fmt.values] = stored
-        return StoredTensor(fmt, values.shape, fields)
+        return StoredTensor._trusted(fmt, values.shape, fields)
     coords = np.array(np.nonzero(values), dtype=np.int64).reshape(values.ndim, -1)
     return from_coordinates(coords, values[tuple(coords)], values.shape, fmt, name)
 
@@ -183,9 +185,41 @@ def _from_torch(tensor, format, name, label) -> StoredTensor:
     return from_coordinates(coords, tensor.values().numpy(), tuple(tensor.shape), format, name)
 
 
+def _from_jax_sparse(matrix, format, name, label) -> StoredTensor:
+    """A jax.experimental.sparse BCOO or BCSR (no batch or dense dimensions), its index arrays
+    checked before use. BCOO pads with indices equal to the extent (JAX ignores those entries):
+    they are dropped; any other index out of range is a FormatError."""
+    kind = type(matrix).__name__
+    if matrix.n_batch or matrix.n_dense:
+        raise UnsupportedError(f"{label}: a {kind} with batch or dense dimensions (n_batch={matrix.n_batch}, "
+                               f"n_dense={matrix.n_dense}) is not supported; pass one unbatched matrix")
+    shape = tuple(int(n) for n in matrix.shape)
+    data = value_array(np.asarray(matrix.data), label)
+    if kind == "BCOO":
+        indices = np.asarray(matrix.indices)
+        if indices.ndim != 2 or indices.shape != (len(data), len(shape)):
+            raise FormatError(f"{label}: BCOO indices of shape {indices.shape} do not match {len(data)} "
+                              f"values of a {len(shape)}-d array")
+        coords = index_array(indices.reshape(-1), f"{label}, indices").reshape(indices.shape).T
+        padding = np.any(coords == np.asarray(shape, dtype=np.int64)[:, None], axis=0)
+        coords, data = coords[:, ~padding], data[~padding]
+        coords = check_coordinate_rows(coords, shape, label)
+        return from_coordinates(coords, data, shape, format if format is not None else coo(len(shape)), name)
+    pointers, indices = check_compressed(np.asarray(matrix.indptr), np.asarray(matrix.indices), shape[0],
+                                         shape[1], label)
+    count = int(pointers[-1])
+    if len(data) < count:
+        raise FormatError(f"{label}: BCSR data has {len(data)} entries but indptr stores {count}")
+    rows = np.repeat(np.arange(shape[0], dtype=np.int64), np.diff(pointers.astype(np.int64)))
+    coords = np.stack([rows, indices[:count].astype(np.int64)])
+    return from_coordinates(coords, data[:count], shape, format if format is not None else CSR, name)
+
+
 def _from_pydata(array, format, name, label) -> StoredTensor:
     if getattr(array, "format", None) == "coo":  # checked before pydata's numba routines read them
         check_coordinate_rows(array.coords, tuple(array.shape), label)
+    elif hasattr(array, "indptr") and hasattr(array, "compressed_axes"):  # GCXS, CSR, CSC
+        _check_pydata_compressed(array, label)
     as_coo = array.asformat("coo")
     if np.any(as_coo.fill_value != 0):
         raise FormatError(f"{label}: pydata/sparse array has fill value {as_coo.fill_value}; "
@@ -194,6 +228,20 @@ def _from_pydata(array, format, name, label) -> StoredTensor:
     fmt = format if format is not None else coo(as_coo.ndim)
     coords = np.asarray(as_coo.coords, dtype=np.int64).reshape(as_coo.ndim, -1)
     return from_coordinates(coords, as_coo.data, as_coo.shape, fmt, name)
+
+
+def _check_pydata_compressed(array, label: str) -> None:
+    """A pydata GCXS (or CSR/CSC) is a CSR matrix of shape (product of the compressed axes'
+    extents, product of the others'): its indptr and indices are checked as such."""
+    shape = tuple(int(n) for n in array.shape)
+    axes = tuple(int(a) for a in (array.compressed_axes or ()))
+    if any(not 0 <= a < len(shape) for a in axes):
+        raise FormatError(f"{label}: compressed_axes {axes} outside the {len(shape)} axes")
+    outer = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    inner = int(np.prod([n for a, n in enumerate(shape) if a not in axes], dtype=np.int64))
+    pointers, _ = check_compressed(array.indptr, array.indices, outer, inner, label)
+    if len(np.asarray(array.data)) < pointers[-1]:
+        raise FormatError(f"{label}: data has {len(np.asarray(array.data))} entries but indptr stores {pointers[-1]}")
 
 
 def _index_dtype(stored: StoredTensor):

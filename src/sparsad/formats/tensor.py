@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsad.errors import FormatError
+from sparsad.errors import DTypeError, FormatError
 from sparsad.formats.format import Format
 from sparsad.formats.levels import Compressed, Dense, Singleton
 from sparsad.lang.types import REAL, Dict, Int, Type, tensor
@@ -23,12 +23,47 @@ class StoredTensor:
     """A tensor of logical `shape` stored in `format`; `fields` maps field names to arrays/ints.
 
     Build one with `sparsad.formats.as_format(value, format)` or, from raw arrays,
-    `sparsad.formats.from_arrays(format, shape, **fields)` (validated).
+    `sparsad.formats.from_arrays(format, shape, **fields)`. Direct construction validates the
+    arrays like from_arrays (indices in range, pointers monotone, lengths and dtypes; O(nnz))
+    and raises FormatError naming the field:
+
+    >>> import numpy as np
+    >>> from sparsad.formats import CSR
+    >>> StoredTensor(CSR, (2, 2), {"len": 2, "pos": np.array([0, 1, 2]), "idx": np.array([0, 1]),
+    ...                            "val": np.array([1.0, 2.0])}).nnz
+    2
     """
 
     __slots__ = ("format", "shape", "_fields")
 
-    def __init__(self, fmt: Format, shape: tuple[int, ...], fields: Mapping[str, Any]):
+    def __init__(self, fmt: Format | str, shape: tuple[int, ...], fields: Mapping[str, Any]):
+        from sparsad.formats.format import resolve
+        from sparsad.formats.validate import validate_fields
+
+        try:
+            if isinstance(fmt, str):
+                fmt = resolve(fmt, len(tuple(shape)))
+            if not isinstance(fmt, Format):
+                raise FormatError(f"fmt must be a Format or a format name, got {type(fmt).__name__}")
+            if not isinstance(fields, Mapping):
+                raise FormatError(f"fields must be a mapping of field names to arrays, got {type(fields).__name__}")
+            shape, fields = validate_fields(fmt, shape, fields)
+        except FormatError as error:
+            raise FormatError(f"StoredTensor: {error}") from None
+        except DTypeError as error:
+            raise DTypeError(f"StoredTensor: {error}") from None
+        except TypeError as error:  # a shape that is not a sequence
+            raise FormatError(f"StoredTensor: shape must be a tuple of ints, got {shape!r} ({error})") from None
+        self._set(fmt, shape, fields)
+
+    @classmethod
+    def _trusted(cls, fmt: Format, shape: tuple[int, ...], fields: Mapping[str, Any]) -> "StoredTensor":
+        """For arrays this package built or already validated (no second O(nnz) pass)."""
+        stored = cls.__new__(cls)
+        stored._set(fmt, shape, fields)
+        return stored
+
+    def _set(self, fmt: Format, shape: tuple[int, ...], fields: Mapping[str, Any]) -> None:
         self.format = fmt
         self.shape = tuple(int(n) for n in shape)
         self._fields = dict(fields)

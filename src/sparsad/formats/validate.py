@@ -281,6 +281,16 @@ def check_scipy(matrix: Any, label: str) -> None:
         if data.ndim != 3 or len(data) < pointers[-1] or data.shape[1:] != (rows, cols):
             raise FormatError(f"{label}: data has shape {data.shape} but the bsr arrays store "
                               f"{pointers[-1]} blocks of {matrix.blocksize}")
+    elif kind == "lil":  # scipy's conversion reads the per-row lists without checking them
+        rows, values = matrix.rows, matrix.data
+        if len(rows) != shape[0] or len(values) != shape[0]:
+            raise FormatError(f"{label}: lil rows/data have {len(rows)}/{len(values)} lists for {shape[0]} rows")
+        for row, (columns, entries) in enumerate(zip(rows, values)):
+            if len(columns) != len(entries):
+                raise FormatError(f"{label}: lil row {row} has {len(columns)} column indices but "
+                                  f"{len(entries)} values; rebuild it with item assignment (A[i, j] = v)")
+            if columns:
+                check_range(index_array(np.asarray(columns), f"{label}, row {row}"), shape[1], f"{label}, row {row}")
     elif kind == "coo":
         coords = list(matrix.coords) if hasattr(matrix, "coords") else [matrix.row, matrix.col]
         lengths = {len(np.asarray(c)) for c in coords} | {len(data)}

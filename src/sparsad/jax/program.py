@@ -1,10 +1,16 @@
-"""`compile_program` for JAX: any sparsad program as a JAX function with both derivative rules.
+"""`compile_program` for JAX: any sparsad program as a JAX function, differentiable to any order.
 
-The primal runs the compiled kernel through `jax.pure_callback`; its `custom_jvp` rule is a
-`linear_call` whose forward is the program's jvp program and whose transpose is its vjp program,
-so forward mode (jvp, jacfwd) and reverse mode (grad, vjp, jacrev) both run compiled derivative
-code, under jit and vmap (batched calls run one after another on the host). Results are dense
-arrays (a sparse result is densified); second derivatives are not available through the callback.
+Each call binds one JAX primitive (`sparsad_program`) whose implementation runs the compiled
+kernel on the host (`jax.pure_callback` under jit). Its rules are sparsad's own derivative
+programs, each itself a JaxProgram: the JVP rule applies the program's jvp program to the
+tangents, and where JAX transposes such a (linear) call, the transpose rule applies that
+program's vjp program w.r.t. its tangent input. So forward mode (jvp, jacfwd), reverse mode
+(grad, vjp, jacrev) and their compositions (grad of grad, jacfwd of jacrev, hessian) all run
+compiled derivative code, as far as sparsad can differentiate each derivative program; vmap
+maps the primitive over the batch (one host call per element, with `lax.map`).
+
+Results are dense arrays of the shape the types give; a derivative w.r.t. a sparse input is
+the values on its pattern (masked convention).
 
 >>> import jax, jax.numpy as jnp
 >>> from sparsad.jax import compile_program
@@ -19,28 +25,43 @@ from typing import Any, Iterable
 import numpy as np
 import scipy.sparse as sp
 
-from sparsad.bridge import dense_result, derivative_expr, fresh_name, values_on
+from sparsad.bridge import dense_result, derivative_expr, fresh_name, stored_csr, stored_dense, values_on
 from sparsad.errors import InputError, UnsupportedError
 from sparsad.jax.matrix import SparseMatrix
 
 
 class _Spec:
-    """What the leaves of one call are (static): names, kinds, patterns, constants, shapes."""
+    """What the leaves of one call are (static): names, kinds, patterns, constants, shapes, and
+    the output's layout: a dense array of `out_shape`, or (`out_pattern` set) the values on a
+    CSR pattern. Hashed by identity: one per traced call."""
 
     def __init__(self, owner, names, kinds, patterns, constants, shapes, dtypes):
         self.owner, self.names, self.kinds, self.patterns = owner, names, kinds, patterns
         self.constants, self.shapes, self.dtypes = constants, shapes, dtypes
+        self.types: dict = {}
+        self.out_shape: tuple = ()
+        self.out_pattern = None
+        self.dtype = np.float64
 
     def numpy_inputs(self, arrays) -> dict[str, Any]:
         inputs = dict(self.constants)
         for name, kind, pattern, array in zip(self.names, self.kinds, self.patterns, arrays):
-            array = np.ascontiguousarray(array)
-            inputs[name] = float(array) if kind == "scalar" else pattern.to_scipy(array) if kind == "sparse" else array
+            array = np.ascontiguousarray(array)  # arrays shared, not copied or validated again
+            inputs[name] = array.item() if kind == "scalar" else stored_csr(pattern, array) if kind == "sparse" \
+                else stored_dense(array)
         return inputs
 
 
 class JaxProgram:
-    """A sparsad program callable on JAX arrays (see the module docstring)."""
+    """A sparsad program callable on JAX arrays (see the module docstring).
+
+    >>> import jax.numpy as jnp, sparsad.jax as sj
+    >>> dot = sj.JaxProgram("sum(<i, a> in u) a * v(i)")
+    >>> dot.program.inputs
+    ['u', 'v']
+    >>> float(dot(u=jnp.array([1.0, 2.0]), v=jnp.array([3.0, 4.0])))
+    11.0
+    """
 
     def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None):
         import sparsad
@@ -53,13 +74,23 @@ class JaxProgram:
             raise InputError(f"wrt names {unknown}, which the program does not read; its inputs are {names}")
         self._compiled = sparsad.compile(self.program)
         self._derived: dict[tuple, Any] = {}
-        self._apply = self._make_apply()
-        _ensure_linear_call_batching()
+        self._seed = fresh_name("sparsad_seed", names)  # the tangent/cotangent input of derivatives
+        _primitive()
 
     def __repr__(self) -> str:
         return f"sparsad.jax.JaxProgram({self.program!r}, wrt={list(self.wrt)})"
 
-    def __call__(self, **inputs: Any) -> Any:
+    def __call__(self, *args: Any, **inputs: Any) -> Any:
+        """Run on JAX arrays given by keyword or by position in `program.inputs` order."""
+        if args:
+            from sparsad.lang.program import bind_inputs
+
+            inputs = bind_inputs(self.program.inputs, args, inputs)
+        return self._call(inputs, None)
+
+    def _call(self, inputs: dict[str, Any], layout: tuple | None) -> Any:
+        """Bind the primitive; `layout` ("dense", shape) or ("pattern", CSRPattern) fixes the
+        output (derivatives take their input's layout), None takes the shape the types give."""
         import jax.numpy as jnp
 
         self.program._check_inputs(inputs)
@@ -91,20 +122,24 @@ class JaxProgram:
             names.append(name), kinds.append(kind), patterns.append(pattern), leaves.append(leaf)
             shapes.append(tuple(leaf.shape)), dtypes.append(leaf.dtype)
         spec = _Spec(self, tuple(names), tuple(kinds), tuple(patterns), constants, tuple(shapes), tuple(dtypes))
-        spec.types, spec.out_shape = self._types_and_shape(spec)
+        spec.types, spec.out_shape = self._types_and_shape(spec, layout is None)
+        if layout is not None and layout[0] == "pattern":
+            spec.out_pattern, spec.out_shape = layout[1], (layout[1].nnz,)
+        elif layout is not None:
+            spec.out_shape = tuple(layout[1])
         spec.dtype = jnp.result_type(*dtypes) if dtypes else jnp.float64
-        return self._apply(spec, *leaves)
+        return _primitive().bind(*leaves, spec=spec)
 
     # -- static shapes: from the types, never from traced values ---------------------------------
-    def _types_and_shape(self, spec: _Spec):
+    def _types_and_shape(self, spec: _Spec, need_shape: bool = True):
         from sparsad.lang.typecheck import infer, value_type
         from sparsad.lang.types import Dict, extents
 
-        zeros = []
-        for kind, pattern, shape in zip(spec.kinds, spec.patterns, spec.shapes):
-            zeros.append(np.ones(pattern.nnz) if kind == "sparse" else np.ones(shape))
-        inputs = spec.numpy_inputs(zeros)
-        types = {n: value_type(v) for n, v in inputs.items()}
+        ones = [np.ones(pattern.nnz) if kind == "sparse" else np.ones(shape)
+                for kind, pattern, shape in zip(spec.kinds, spec.patterns, spec.shapes)]
+        types = {n: value_type(v) for n, v in spec.numpy_inputs(ones).items()}
+        if not need_shape:
+            return types, ()
         result = infer(self.program.expr, types)
         if not isinstance(result, Dict):
             return types, ()
@@ -115,124 +150,128 @@ class JaxProgram:
         return types, shape
 
     # -- host side ------------------------------------------------------------------------------
-    def _run(self, program, inputs):
-        return program(**inputs)
-
-    def _derived_program(self, kind: str, name: str, spec: _Spec):
-        import sparsad
-
-        seed = fresh_name("sparsad_seed", self.program.inputs)
-        key = (kind, name, tuple(sorted(spec.types.items())))
-        if key not in self._derived:
-            expr = derivative_expr(self.program, kind, name, spec.types, seed)
-            self._derived[key] = None if expr is None else sparsad.compile(sparsad.Program(expr))
-        return self._derived[key], seed
-
     def _host_primal(self, spec: _Spec, arrays) -> np.ndarray:
         result = self._compiled(**spec.numpy_inputs(arrays))
-        return dense_result(result, spec.out_shape).astype(spec.dtype)
+        array = values_on(result, spec.out_pattern) if spec.out_pattern is not None else \
+            dense_result(result, spec.out_shape)
+        return np.asarray(array, dtype=spec.dtype)
 
-    def _host_jvp(self, spec: _Spec, arrays, tangents: dict[int, Any]) -> np.ndarray:
-        """Sum of the jvp programs of the leaves that have a tangent (`tangents`: leaf -> tangent)."""
-        total = np.zeros(spec.out_shape, dtype=spec.dtype)
-        inputs = spec.numpy_inputs(arrays)
-        for k, tangent in tangents.items():
-            name, kind, pattern = spec.names[k], spec.kinds[k], spec.patterns[k]
-            program, seed = self._derived_program("jvp", name, spec)
-            if program is None:
-                continue
-            tangent = np.asarray(tangent)
-            seeded = {n: v for n, v in inputs.items() if n in program.inputs}
-            if seed in program.inputs:
-                seeded[seed] = float(tangent) if kind == "scalar" else \
-                    pattern.to_scipy(tangent) if kind == "sparse" else tangent
-            total += dense_result(program(**seeded), spec.out_shape)
-        return total
+    # -- derivative rules: sparsad's derivative programs, themselves JaxPrograms ------------------
+    def _derived_program(self, kind: str, name: str, spec: _Spec) -> "JaxProgram | None":
+        import sparsad
 
-    def _host_vjp(self, spec: _Spec, arrays, cotangent, leaves: tuple[int, ...]) -> tuple:
-        """The vjp programs of the given leaves, each as an array shaped like its leaf."""
-        inputs = spec.numpy_inputs(arrays)
-        grads = []
-        for k in leaves:
-            name, kind, pattern, shape, dtype = (spec.names[k], spec.kinds[k], spec.patterns[k], spec.shapes[k],
-                                                 spec.dtypes[k])
-            program, seed = self._derived_program("vjp", name, spec)
-            if program is None:
-                grads.append(np.zeros(shape, dtype=dtype))
-                continue
-            seeded = {n: v for n, v in inputs.items() if n in program.inputs}
-            if seed in program.inputs:
-                seeded[seed] = float(cotangent) if spec.out_shape == () else np.asarray(cotangent)
-            result = program(**seeded)
-            grads.append((values_on(result, pattern) if kind == "sparse" else dense_result(result, shape))
-                         .astype(dtype))
-        return tuple(grads)
+        key = (kind, name, tuple(sorted(spec.types.items())))
+        if key not in self._derived:
+            # an identically zero derivative (the empty dictionary) is no program to run
+            expr = derivative_expr(self.program, kind, name, spec.types, self._seed)
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr))
+        return self._derived[key]
 
-    # -- the JAX function -----------------------------------------------------------------------
-    def _make_apply(self):
-        import functools
+    def _apply_derived(self, kind: str, k: int, spec: _Spec, leaves, seed) -> Any:
+        """The jvp program w.r.t. leaf k applied to tangent `seed`, or the vjp program w.r.t.
+        leaf k applied to the output cotangent `seed`: a JAX value, differentiable again."""
+        import jax.numpy as jnp
 
-        import jax
-        from jax.custom_derivatives import linear_call
-
-        def out_struct(spec):
-            return jax.ShapeDtypeStruct(spec.out_shape, spec.dtype)
-
-        def leaf_structs(spec):
-            return tuple(jax.ShapeDtypeStruct(s, d) for s, d in zip(spec.shapes, spec.dtypes))
-
-        def callback(fn, structs, *args):
-            return jax.pure_callback(fn, structs, *args, vmap_method="sequential")
-
-        @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-        def apply(spec, *leaves):
-            return callback(lambda *a: spec.owner._host_primal(spec, a), out_struct(spec), *leaves)
-
-        def apply_jvp(spec, primals, tangents):
-            out = apply(spec, *primals)
-            n = len(primals)
-            # only the leaves with a tangent are linear inputs (linear_call transposes exactly those)
-            active = tuple(k for k, t in enumerate(tangents) if type(t).__name__ != "SymbolicZero")
-            if not active:
-                return out, jax.numpy.zeros(spec.out_shape, spec.dtype)
-
-            def forward(residuals, linear):
-                return callback(lambda *a: spec.owner._host_jvp(spec, a[:n], dict(zip(active, a[n:]))),
-                                out_struct(spec), *residuals, *linear)
-
-            def transpose(residuals, cotangent):
-                structs = tuple(leaf_structs(spec)[k] for k in active)
-                return callback(lambda *a: spec.owner._host_vjp(spec, a[:n], a[n], active), structs,
-                                *residuals, cotangent)
-
-            return out, linear_call(forward, transpose, tuple(primals), tuple(tangents[k] for k in active))
-
-        apply.defjvp(apply_jvp, symbolic_zeros=True)
-        return apply
+        if kind == "jvp":
+            layout = ("pattern", spec.out_pattern) if spec.out_pattern is not None else ("dense", spec.out_shape)
+            seed_value = SparseMatrix(spec.patterns[k], seed) if spec.kinds[k] == "sparse" else seed
+        else:
+            layout = ("pattern", spec.patterns[k]) if spec.kinds[k] == "sparse" else ("dense", spec.shapes[k])
+            seed_value = SparseMatrix(spec.out_pattern, seed) if spec.out_pattern is not None else seed
+        zero_shape = (layout[1].nnz,) if layout[0] == "pattern" else layout[1]
+        dtype = spec.dtype if kind == "jvp" else spec.dtypes[k]
+        derived = self._derived_program(kind, spec.names[k], spec)
+        if derived is None:
+            return jnp.zeros(zero_shape, dtype)
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in spec.constants.items() if n in reads}
+        for name, leaf_kind, pattern, leaf in zip(spec.names, spec.kinds, spec.patterns, leaves):
+            if name in reads:
+                inputs[name] = SparseMatrix(pattern, leaf) if leaf_kind == "sparse" else leaf
+        if self._seed in reads:
+            inputs[self._seed] = seed_value
+        if not reads or reads - set(inputs):
+            return jnp.zeros(zero_shape, dtype)  # the derivative program is a constant zero
+        return derived._call(inputs, layout).astype(dtype)
 
 
-def _ensure_linear_call_batching() -> None:
-    """JAX ships no vmap rule for `linear_call` (which carries our jvp/vjp pair); add one that maps
-    the call over the batch with `lax.map` (the callbacks run per batch element anyway). Registered
-    only where JAX has none, so a future JAX rule wins."""
+# -- the primitive ---------------------------------------------------------------------------------
+_PRIMITIVE: list = []
+
+
+def _primitive():
+    """The `sparsad_program` primitive (made once): impl, abstract eval, lowering, and its JVP,
+    transpose and batching rules."""
+    if _PRIMITIVE:
+        return _PRIMITIVE[0]
     import jax
-    from jax._src.custom_derivatives import linear_call_p
-    from jax._src.interpreters import batching
+    import jax.numpy as jnp
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
 
-    if linear_call_p in batching.primitive_batchers:
-        return
+    program_p = Primitive("sparsad_program")
 
-    def rule(args, dims, **params):
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
-        moved = [jax.numpy.broadcast_to(a, (size, *a.shape)) if d is batching.not_mapped else
-                 jax.numpy.moveaxis(a, d, 0) for a, d in zip(args, dims)]
-        outs = jax.lax.map(lambda sliced: linear_call_p.bind(*sliced, **params), moved)
-        return outs, [0] * len(outs)
+    def impl(*leaves, spec):
+        return jnp.asarray(spec.owner._host_primal(spec, [np.asarray(leaf) for leaf in leaves]))
 
-    batching.primitive_batchers[linear_call_p] = rule
+    def lowered(*leaves, spec):
+        return jax.pure_callback(lambda *arrays: spec.owner._host_primal(spec, arrays),
+                                 jax.ShapeDtypeStruct(spec.out_shape, spec.dtype), *leaves, vmap_method="sequential")
+
+    def abstract(*avals, spec):
+        return jax.core.ShapedArray(spec.out_shape, spec.dtype)
+
+    def jvp_rule(primals, tangents, *, spec):
+        out = program_p.bind(*primals, spec=spec)
+        total = None
+        for k, tangent in enumerate(tangents):
+            if type(tangent) is ad.Zero:
+                continue
+            part = spec.owner._apply_derived("jvp", k, spec, primals, tangent)
+            total = part if total is None else total + part
+        return out, (total if total is not None else jnp.zeros(spec.out_shape, spec.dtype))
+
+    def transpose_rule(cotangent, *args, spec):
+        # bound in a linear position (a jvp program applied to a tangent): linear in exactly the
+        # undefined arguments, so its vjp w.r.t. them does not depend on their values (zeros here)
+        if type(cotangent) is ad.Zero:
+            return [None] * len(args)
+        known = [jnp.zeros(a.aval.shape, a.aval.dtype) if ad.is_undefined_primal(a) else a for a in args]
+        return [spec.owner._apply_derived("vjp", k, spec, known, cotangent) if ad.is_undefined_primal(a) else None
+                for k, a in enumerate(args)]
+
+    def batch_rule(args, dims, *, spec):
+        mapped = [k for k, d in enumerate(dims) if d is not batching.not_mapped]
+        size = args[mapped[0]].shape[dims[mapped[0]]]
+        columns = [jnp.moveaxis(args[k], dims[k], 0) for k in mapped]
+
+        def one(sliced):
+            full = list(args)
+            for k, value in zip(mapped, sliced):
+                full[k] = value
+            return program_p.bind(*full, spec=spec)
+
+        del size
+        return jax.lax.map(one, columns), 0
+
+    program_p.def_impl(impl)
+    program_p.def_abstract_eval(abstract)
+    mlir.register_lowering(program_p, mlir.lower_fun(lowered, multiple_results=False))
+    ad.primitive_jvps[program_p] = jvp_rule
+    ad.primitive_transposes[program_p] = transpose_rule
+    batching.primitive_batchers[program_p] = batch_rule
+    _PRIMITIVE.append(program_p)
+    return program_p
 
 
 def compile_program(prog: Any, wrt: str | Iterable[str] | None = None) -> JaxProgram:
     """Any sparsad program as a JAX function of JAX arrays, SparseMatrix and BCOO/BCSR inputs,
-    differentiable (forward and reverse mode) in the inputs named by `wrt` (default: all)."""
+    differentiable (forward and reverse mode, to any order sparsad can differentiate) in the
+    inputs named by `wrt` (default: all).
+
+    >>> import jax, jax.numpy as jnp, sparsad.jax as sj
+    >>> norm2 = sj.compile_program("sum(<i, a> in v) a * a")
+    >>> jax.grad(lambda v: norm2(v=v))(jnp.array([1.0, 2.0])).tolist()
+    [2.0, 4.0]
+    """
     return JaxProgram(prog, wrt)

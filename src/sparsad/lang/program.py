@@ -115,7 +115,9 @@ class Program:
         value = evaluate(self.expr, inputs, check_shapes=True)
         if out_format == "value":
             return value
-        return _keep_float32(to_natural(value, result_type, out_format), inputs)
+        from sparsad.formats.natural import natural_result  # results in the kind of the inputs
+
+        return natural_result(_keep_float32(to_natural(value, result_type, out_format), inputs), inputs, out_format)
 
 
 def _keep_float32(result: Any, inputs: Mapping[str, Any]) -> Any:

@@ -27,7 +27,9 @@ import scipy.sparse as sp
 import torch
 
 from sparsad.errors import DTypeError, FormatError, InputError, ShapeError, UnsupportedError
-from sparsad.bridge import canonical_csr as _canonical, dense_result as _dense, values_on as _values_on
+from sparsad.bridge import (canonical_csr as _canonical, dense_result as _dense, stored_csr as _stored_csr,
+                            stored_dense as _stored_dense, values_on as _values_on)
+from sparsad.formats import StoredTensor
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.matrix import SparseMatrix
 
@@ -60,6 +62,15 @@ class _Call:
     layout: _Layout
     out_pattern: CSRPattern | None = None
     types: dict = field(default_factory=dict)
+    shapes: tuple = ()  # of the tensors
+
+    def signature(self) -> tuple:
+        """What the input types depend on (names, kinds, shapes; constants' kinds and shapes):
+        a cheap key for the derivative programs (hashing the types costs more)."""
+        tensors = tuple((n, k, p.shape if p is not None else None) for n, k, p in zip(self.names, self.kinds, self.patterns))
+        constants = tuple((n, type(v).__name__, getattr(v, "shape", None), getattr(getattr(v, "dtype", None), "kind", None))
+                          for n, v in sorted(self.constants.items()))
+        return tensors, constants
 
     def numpy_inputs(self, tensors: Iterable[torch.Tensor]) -> dict[str, Any]:
         inputs = dict(self.constants)
@@ -69,18 +80,26 @@ class _Call:
 
 
 def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> Any:
-    array = np.ascontiguousarray(tensor.detach().cpu().numpy())  # vmap slices can have stride 0
-    if kind == "scalar":
-        return float(array)
+    """A tensor as the kernel reads it: a float, or a StoredTensor sharing the tensor's memory
+    (no copy unless strided, e.g. vmap slices with stride 0; no second validation: a dense
+    array has no indices, and a SparseMatrix's pattern was checked when it was made)."""
+    tensor = tensor.detach()
+    if kind == "scalar":  # (not through ascontiguousarray, which makes a 0-d array 1-d)
+        return float(tensor.item())
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    array = np.ascontiguousarray(tensor.numpy())
     if kind == "sparse":
-        return pattern.to_scipy(array)
-    return array
+        return _stored_csr(pattern, array)
+    return _stored_dense(array)
 
 
 class _ProgramFunction(torch.autograd.Function):
     @staticmethod
     def forward(call: _Call, *tensors: torch.Tensor) -> torch.Tensor:
-        return call.owner._run_forward(call, tensors)
+        if torch.compiler.is_compiling():  # NumPy and Numba: a graph break, never a trace
+            return _run_forward_untraced(call, tensors)
+        return call.owner._run_forward(call, tensors)  # (the disable wrapper costs per call)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -131,6 +150,11 @@ class _ProgramFunction(torch.autograd.Function):
         return torch.stack(results), 0
 
 
+@torch.compiler.disable
+def _run_forward_untraced(call: _Call, tensors) -> torch.Tensor:
+    return call.owner._run_forward(call, tensors)
+
+
 def _surely_nonzero(tensor: torch.Tensor) -> bool:
     """True when `tensor` can be read and has a nonzero entry (under vmap it cannot be read)."""
     try:
@@ -147,13 +171,25 @@ def _same_pattern(a: CSRPattern | None, b: CSRPattern | None) -> bool:
 
 class TorchProgram:
     """A sparsad program callable on torch tensors, differentiable in every tensor input (see the
-    module docstring). Build with `compile_program`."""
+    module docstring). Build with `compile_program`.
 
-    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural"):
+    >>> import torch, sparsad.torch as st
+    >>> norm2 = st.compile_program("sum(<i, a> in v) a * a")
+    >>> type(norm2).__name__
+    'TorchProgram'
+    >>> v = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> norm2(v=v).backward(); v.grad
+    tensor([2., 4.], dtype=torch.float64)
+    """
+
+    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural",
+                 _output: str = "auto"):
         import sparsad
 
         if out_format not in OUT_FORMATS:
             raise InputError(f"out_format={out_format!r} is not one of {OUT_FORMATS}")
+        if out_format == "dense":
+            _output = "dense"  # the kernel writes the dense result itself (no sparse assembly)
         self.program = sparsad.program(prog)
         names = self.program.inputs
         if wrt is None:
@@ -164,15 +200,23 @@ class TorchProgram:
             if unknown:
                 raise InputError(f"wrt names {unknown}, which the program does not read; its inputs are {names}")
         self.layout = _Layout(out_format)
-        self._compiled = sparsad.compile(self.program)
+        self._compiled = sparsad.compile(self.program, output=_output)  # "dense": a derivative's dense layout
         self._derived: dict[tuple, "TorchProgram"] = {}
         self._interpret = False
+        from sparsad.bridge import fresh_name
+
+        self._seed = fresh_name("sparsad_seed", names)  # the cotangent/tangent input of derivatives
 
     def __repr__(self) -> str:
         return f"TorchProgram({self.program!r}, wrt={list(self.wrt)}, layout={self.layout.kind!r})"
 
     # -- calling -----------------------------------------------------------------------------
-    def __call__(self, **inputs: Any) -> Any:
+    def __call__(self, *args: Any, **inputs: Any) -> Any:
+        """Run on torch tensors given by keyword or by position in `program.inputs` order."""
+        if args:
+            from sparsad.lang.program import bind_inputs
+
+            inputs = bind_inputs(self.program.inputs, args, inputs)
         return self._call(inputs, self.layout)
 
     def _call(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
@@ -189,7 +233,7 @@ class TorchProgram:
                     constants[name] = value.detach().cpu().numpy()
                     continue
                 kind, pattern, tensor = ("scalar" if value.ndim == 0 else "dense"), None, value
-            elif isinstance(value, (bool, int, float, np.generic, np.ndarray)) or sp.issparse(value):
+            elif isinstance(value, (bool, int, float, np.generic, np.ndarray, StoredTensor)) or sp.issparse(value):
                 constants[name] = value
                 continue
             else:
@@ -205,7 +249,8 @@ class TorchProgram:
         if dtypes - {torch.float32, torch.float64}:
             raise DTypeError(f"tensor inputs must be float32 or float64, got {sorted(map(str, dtypes))}")
         dtype = torch.float64 if (torch.float64 in dtypes or not dtypes) else torch.float32
-        call = _Call(self, tuple(names), tuple(kinds), tuple(patterns), constants, dtype, layout)
+        call = _Call(self, tuple(names), tuple(kinds), tuple(patterns), constants, dtype, layout,
+                     shapes=tuple(tuple(t.shape) for t in tensors))
         if not tensors:  # nothing to differentiate: run directly
             return self._wrap(call, self._run_forward(call, ()))
         return self._wrap(call, _ProgramFunction.apply(call, *tensors))
@@ -215,7 +260,6 @@ class TorchProgram:
             return SparseMatrix._wrap(call.out_pattern, values)
         return values
 
-    @torch.compiler.disable  # NumPy and Numba: a graph break under torch.compile, never a trace
     def _run_forward(self, call: _Call, tensors) -> torch.Tensor:
         from sparsad.lang.typecheck import value_type
 
@@ -239,7 +283,10 @@ class TorchProgram:
             csr = _canonical(result)
             call.out_pattern = CSRPattern(csr.indptr, csr.indices, csr.shape, check=False)
             array = csr.data
-        return torch.as_tensor(np.array(array, order="C")).to(call.dtype)
+        array = np.asarray(array)
+        if not (array.flags.c_contiguous and array.flags.owndata):  # never alias an input's buffer
+            array = np.array(array, order="C")
+        return torch.from_numpy(array).to(call.dtype)
 
     def _run_numpy(self, inputs: dict[str, Any]) -> Any:
         """The compiled kernel; if compiling fails inside sparsad (not on the caller's input), the
@@ -257,16 +304,20 @@ class TorchProgram:
             return self.program(**inputs)
 
     # -- derivatives ---------------------------------------------------------------------------
-    def _derived_program(self, kind: str, name: str, call: _Call) -> tuple["TorchProgram | None", str]:
+    def _derived_program(self, kind: str, name: str, call: _Call,
+                         dense: bool = False) -> tuple["TorchProgram | None", str]:
+        """The vjp/jvp program w.r.t. `name` for the call's types; `dense`: its result is read
+        as a dense array (kernels then write one directly, no sparse assembly)."""
         import sparsad
-        from sparsad.bridge import derivative_expr, fresh_name
+        from sparsad.bridge import derivative_expr
 
-        seed = fresh_name("sparsad_seed", self.program.inputs)
-        key = (kind, name, tuple(sorted(call.types.items())))
+        seed = self._seed
+        key = (kind, name, dense, call.signature(), call.shapes)  # the same key, the same types
         if key not in self._derived:
             # a derivative that is identically zero (the empty dictionary) is no program to run
             expr = derivative_expr(self.program, kind, name, call.types, seed)
-            self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr))
+            self._derived[key] = None if expr is None else \
+                TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
         return self._derived[key], seed
 
     def _rebuild(self, call: _Call, tensors) -> dict[str, Any]:
@@ -281,26 +332,28 @@ class TorchProgram:
     def _vjp(self, call: _Call, out_pattern, k: int, tensors, grad: torch.Tensor) -> torch.Tensor:
         name, kind, pattern = call.names[k], call.kinds[k], call.patterns[k]
         layout = _Layout("pattern", pattern=pattern) if kind == "sparse" else _Layout("dense", tuple(tensors[k].shape))
-        derived, seed = self._derived_program("vjp", name, call)
+        derived, seed = self._derived_program("vjp", name, call, dense=kind == "dense")
         if derived is None:
             return torch.zeros_like(tensors[k])
-        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in derived.program.inputs}
-        if seed in derived.program.inputs:
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in reads}
+        if seed in reads:
             inputs[seed] = self._as_input(out_pattern, grad)
-        if not derived.program.inputs or set(derived.program.inputs) - set(inputs):
+        if not reads or reads - set(inputs):
             return torch.zeros_like(tensors[k])  # the derivative program is a constant zero
         return derived._call(inputs, layout).to(tensors[k].dtype)
 
     def _jvp(self, call: _Call, out_pattern, out_shape, k: int, tensors, tangent: torch.Tensor) -> torch.Tensor:
         name = call.names[k]
         layout = _Layout("pattern", pattern=out_pattern) if out_pattern is not None else _Layout("dense", out_shape)
-        derived, seed = self._derived_program("jvp", name, call)
+        derived, seed = self._derived_program("jvp", name, call, dense=out_pattern is None and len(out_shape) > 0)
         if derived is None:
             return torch.zeros(out_shape, dtype=call.dtype)
-        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in derived.program.inputs}
-        if seed in derived.program.inputs:
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in reads}
+        if seed in reads:
             inputs[seed] = self._as_input(call.patterns[k], tangent)
-        if not derived.program.inputs or set(derived.program.inputs) - set(inputs):
+        if not reads or reads - set(inputs):
             return torch.zeros(out_shape, dtype=call.dtype)
         return derived._call(inputs, layout).to(call.dtype)
 
