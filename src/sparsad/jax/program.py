@@ -40,7 +40,15 @@ class _Spec:
 
 
 class JaxProgram:
-    """A sparsad program callable on JAX arrays (see the module docstring)."""
+    """A sparsad program callable on JAX arrays (see the module docstring).
+
+    >>> import jax.numpy as jnp, sparsad.jax as sj
+    >>> dot = sj.JaxProgram("sum(<i, a> in u) a * v(i)")
+    >>> dot.program.inputs
+    ['u', 'v']
+    >>> float(dot(jnp.array([1.0, 2.0]), v=jnp.array([3.0, 4.0])))
+    11.0
+    """
 
     def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None):
         import sparsad
@@ -59,9 +67,14 @@ class JaxProgram:
     def __repr__(self) -> str:
         return f"sparsad.jax.JaxProgram({self.program!r}, wrt={list(self.wrt)})"
 
-    def __call__(self, **inputs: Any) -> Any:
+    def __call__(self, *args: Any, **inputs: Any) -> Any:
+        """Run on JAX arrays given by keyword or by position in `program.inputs` order."""
         import jax.numpy as jnp
 
+        if args:
+            from sparsad.lang.program import bind_inputs
+
+            inputs = bind_inputs(self.program.inputs, args, inputs)
         self.program._check_inputs(inputs)
         names, kinds, patterns, leaves, constants, shapes, dtypes = [], [], [], [], {}, [], []
         for name in sorted(inputs):
@@ -234,5 +247,11 @@ def _ensure_linear_call_batching() -> None:
 
 def compile_program(prog: Any, wrt: str | Iterable[str] | None = None) -> JaxProgram:
     """Any sparsad program as a JAX function of JAX arrays, SparseMatrix and BCOO/BCSR inputs,
-    differentiable (forward and reverse mode) in the inputs named by `wrt` (default: all)."""
+    differentiable (forward and reverse mode) in the inputs named by `wrt` (default: all).
+
+    >>> import jax, jax.numpy as jnp, sparsad.jax as sj
+    >>> norm2 = sj.compile_program("sum(<i, a> in v) a * a")
+    >>> jax.grad(lambda v: norm2(v))(jnp.array([1.0, 2.0])).tolist()
+    [2.0, 4.0]
+    """
     return JaxProgram(prog, wrt)

@@ -147,7 +147,16 @@ def _same_pattern(a: CSRPattern | None, b: CSRPattern | None) -> bool:
 
 class TorchProgram:
     """A sparsad program callable on torch tensors, differentiable in every tensor input (see the
-    module docstring). Build with `compile_program`."""
+    module docstring). Build with `compile_program`.
+
+    >>> import torch, sparsad.torch as st
+    >>> norm2 = st.compile_program("sum(<i, a> in v) a * a")
+    >>> type(norm2).__name__
+    'TorchProgram'
+    >>> v = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> norm2(v).backward(); v.grad
+    tensor([2., 4.], dtype=torch.float64)
+    """
 
     def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural"):
         import sparsad
@@ -172,7 +181,12 @@ class TorchProgram:
         return f"TorchProgram({self.program!r}, wrt={list(self.wrt)}, layout={self.layout.kind!r})"
 
     # -- calling -----------------------------------------------------------------------------
-    def __call__(self, **inputs: Any) -> Any:
+    def __call__(self, *args: Any, **inputs: Any) -> Any:
+        """Run on torch tensors given by keyword or by position in `program.inputs` order."""
+        if args:
+            from sparsad.lang.program import bind_inputs
+
+            inputs = bind_inputs(self.program.inputs, args, inputs)
         return self._call(inputs, self.layout)
 
     def _call(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
