@@ -24,6 +24,14 @@ class StoredTensor:
 
     Build one with `sparsad.formats.as_format(value, format)` or, from raw arrays,
     `sparsad.formats.from_arrays(format, shape, **fields)` (validated).
+
+    >>> import numpy as np
+    >>> from sparsad.formats import as_format
+    >>> t = as_format(np.array([[1.0, 0.0], [0.0, 2.0]]), "csr")
+    >>> t
+    StoredTensor(csr, shape=(2, 2), stored=2, dtype=float64)
+    >>> t.to_logical()
+    {0: {0: 1.0}, 1: {1: 2.0}}
     """
 
     __slots__ = ("format", "shape", "_fields")
