@@ -375,15 +375,16 @@ class Derivative(Program):
                 # not type-check for the compiler (an internal fault): the interpreter runs it
                 infer(self.primal.expr, {**{n: value_type(v) for n, v in primal_inputs.items()}, **self.declared})
                 self._warn_fallback(f"the derivative program does not type-check for compilation ({error})")
-        elif not self.interpret:
-            self._warn_fallback("mode='forward' makes one pass per entry of the input; use the default "
-                                "mode to compile")
         types = {name: value_type(value) for name, value in primal_inputs.items()}
         types.update(self.declared)
         # the derivative is defined where the program is: a lookup outside an input's shape is
         # the ShapeError `program(...)(...)` raises (the derivative program may not read that key)
         check_lookups(self.primal.expr, key_checks(self.primal.expr, types), primal_inputs)
-        for wrt, expr in self.exprs(types).items():
+        exprs = self.exprs(types)  # the user's errors (a grad of a non-scalar program) before any warning
+        if by_directions and not self.interpret:
+            self._warn_fallback("mode='forward' makes one pass per entry of the input; use the default "
+                                "mode to compile")
+        for wrt, expr in exprs.items():
             if wrt not in active:
                 continue
             if self.kind != "jvp" and self.resolved_mode(types) == "forward":
@@ -408,7 +409,7 @@ class Derivative(Program):
         from sparsad.errors import FallbackWarning
 
         warnings.warn(f"sparsad: {self.kind} of `{_short(self.primal.text())}` runs in the interpreter, not "
-                      f"as a compiled kernel: {_short(why, 300)}", FallbackWarning, stacklevel=3)
+                      f"as a compiled kernel: {_short(why, 300)}", FallbackWarning, stacklevel=4)
 
     def _shaped_zero(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str) -> Any:
         """A gradient or vjp that is identically zero comes back as the zero of wrt's type: zeros
