@@ -69,9 +69,9 @@ class _Call:
 
 
 def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> Any:
+    if kind == "scalar":  # (before ascontiguousarray, which makes a 0-d array 1-d: NumPy >= 2.4 refuses float() of it)
+        return float(tensor.detach().cpu().numpy())
     array = np.ascontiguousarray(tensor.detach().cpu().numpy())  # vmap slices can have stride 0
-    if kind == "scalar":
-        return float(array)
     if kind == "sparse":
         return pattern.to_scipy(array)
     return array
