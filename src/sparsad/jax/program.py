@@ -232,12 +232,18 @@ def _ensure_linear_call_batching() -> None:
     from jax._src.custom_derivatives import linear_call_p
     from jax._src.interpreters import batching
 
-    if linear_call_p in batching.primitive_batchers:
+    try:
+        known = linear_call_p in batching.primitive_batchers
+    except TypeError:  # JAX >= 0.10: a write-only proxy in front of fancy_primitive_batchers
+        known = False
+    if known or linear_call_p in getattr(batching, "fancy_primitive_batchers", {}):
         return
 
+    unmapped = getattr(batching, "not_mapped", None)  # None in every JAX; the name is gone from 0.10
+
     def rule(args, dims, **params):
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
-        moved = [jax.numpy.broadcast_to(a, (size, *a.shape)) if d is batching.not_mapped else
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not unmapped)
+        moved = [jax.numpy.broadcast_to(a, (size, *a.shape)) if d is unmapped else
                  jax.numpy.moveaxis(a, d, 0) for a, d in zip(args, dims)]
         outs = jax.lax.map(lambda sliced: linear_call_p.bind(*sliced, **params), moved)
         return outs, [0] * len(outs)
