@@ -32,7 +32,7 @@ check-install:
 test-latest:
 	test -x .venv-latest/bin/python || $(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/python -m pip install -q --upgrade "$$(grep '^torch==' requirements/all.txt)"
-	.venv-latest/bin/python -m pip install -q --upgrade -e '.[jax,dask,sparse,bench,test,docs]'
+	.venv-latest/bin/python -m pip install -q --upgrade -e '.[jax,dask,sparse,bench,test,docs,solvers]'
 	.venv-latest/bin/python -m pytest -q -p no:cacheprovider --timeout=600
 
 # the long crash-isolated fuzz campaign (issue 12): FUZZ_MINUTES of cases, report in FUZZ_REPORT

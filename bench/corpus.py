@@ -213,8 +213,8 @@ def make_derivative(entry: Entry, wrt: str, kind: str):
     if kind == "jacobian":
         return sparsad.jacobian(entry.text, wrt=wrt)
     if kind == "jvp":
-        return sparsad.jvp(entry.text, wrt=wrt, tangent=TANGENT)
-    return sparsad.vjp(entry.text, wrt=wrt, cotangent=COTANGENT)
+        return sparsad.jvp(entry.text, wrt=wrt, with_primal=False)  # called with tangent=
+    return sparsad.vjp(entry.text, wrt=wrt)  # called with cotangent=
 
 
 def call_arguments(P: Prepared, wrt: str, kind: str, seed_value: Any) -> dict:

@@ -21,6 +21,17 @@ def test_import_loads_no_heavy_or_optional_dependency():
     assert result.stdout.strip() == "[]"
 
 
+def test_import_defers_the_language_and_numpy_until_first_use():
+    result = run_python("import sys, sparsad; "
+                        "print(sorted(m for m in sys.modules if m.startswith(('sparsad.', 'numpy')))); "
+                        "from sparsad import grad, program; import sparsad as s; "
+                        "print(all(getattr(s, n) is not None for n in s.__all__), grad.__module__, 'numpy' in sys.modules)")
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    assert first == "['sparsad._version', 'sparsad.errors']"
+    assert second == "True sparsad.ad.api True"
+
+
 def test_import_changes_no_global_configuration_of_jax():
     result = run_python("import jax, sparsad, sparsad.tensor; print(jax.config.jax_enable_x64)")
     if "ModuleNotFoundError" in result.stderr:

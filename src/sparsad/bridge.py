@@ -90,11 +90,12 @@ def dense_result(result: Any, shape: tuple | None) -> np.ndarray:
 def derivative_expr(program: Any, kind: str, wrt: str, types: dict, seed: str):
     """The vjp (cotangent input `seed`) or jvp (tangent input `seed`) program of `program` w.r.t.
     `wrt` for the given input types, as an expression; None when it is identically zero."""
-    import sparsad
+    from sparsad.ad.api import Derivative
+    from sparsad.lang.program import program as make_program
     from sparsad.lang.syntax import EmptyDict
 
-    maker = sparsad.vjp(program, wrt=wrt, cotangent=seed) if kind == "vjp" else \
-        sparsad.jvp(program, wrt=wrt, tangent=seed)
+    mode = "reverse" if kind == "vjp" else "forward"
+    maker = Derivative(make_program(program), (wrt,), kind, mode, seed_name=seed)
     expr = maker.exprs(types)[wrt]
     return None if isinstance(expr, EmptyDict) else expr
 

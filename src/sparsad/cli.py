@@ -106,19 +106,20 @@ def cmd_grad(args) -> int:
 
     prog = program(_program_text(args.program), types)
     make = jacobian if args.jacobian else grad
-    derivative = make(prog, wrt=args.wrt, mode=args.mode)
+    wrt = args.wrt[0] if len(args.wrt) == 1 else args.wrt  # one --wrt: one result; several: a dict by name
+    derivative = make(prog, wrt=wrt, mode=args.mode)
     inputs = dict(load_input(spec) for spec in args.input or [])
     if args.show or not inputs:
         if args.mode == "auto" and not args.jacobian:
             # the paper's `gradient e x` (Fig. 7, §4.3), then what mode="auto" runs
-            paper = make(prog, wrt=args.wrt, mode="tensorized")
+            paper = make(prog, wrt=wrt, mode="tensorized")
             print("# gradient e x, tensorized forward mode (∇SD Fig. 7):")
             print(paper.show("derivative"))
             print(f"\n# mode=auto runs {derivative.resolved_mode()} mode:")
         print(derivative.show("derivative"))
     if inputs:
         result = derivative(out_format=args.out_format, **inputs)
-        if isinstance(result, dict) and len(args.wrt) > 1:
+        if len(args.wrt) > 1:
             for name, value in result.items():
                 print(f"d/d{name}:")
                 _print_value(value, None)

@@ -22,7 +22,7 @@ from sparsad.formats.natural import natural_result
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
-from sparsad.lang.program import OUT_FORMATS, Program, program as make_program, to_natural
+from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, program as make_program, to_natural
 from sparsad.lang.syntax import Expr
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Dict, extents
@@ -50,7 +50,16 @@ def _default_format(value: Any) -> str | None:
 
 
 class CompiledProgram(Program):
-    """A program that runs as a compiled kernel on its inputs' own storage formats."""
+    """A program that runs as a compiled kernel on its inputs' own storage formats (made by
+    `sparsad.compile`); called like any program, and `.show(stage)` prints each stage.
+
+    >>> import numpy as np, scipy.sparse as sp
+    >>> row_sums = CompiledProgram("sum(<i, r> in A) { i -> sum(<j, a> in r) a }")
+    >>> row_sums(sp.csr_matrix(np.array([[1.0, 2.0], [0.0, 3.0]])))
+    array([3., 3.])
+    >>> "def " in row_sums.show("code")
+    True
+    """
 
     def __init__(self, expr_source: "Program | str | Expr", formats: Mapping[str, str] | None = None,
                  output: str = "auto", build=None, passes=OPTIONAL_PASSES, label: str | None = None,
@@ -210,8 +219,11 @@ class CompiledProgram(Program):
         warnings.warn(f"sparsad.compile: {self.label} runs {what} in the interpreter, not as a compiled "
                       f"kernel ({_short(reason, 300)})", FallbackWarning, stacklevel=5)
 
-    def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
+    def __call__(self, *args: Any, out_format: str = "natural", **inputs: Any) -> Any:
+        """Run the kernel on inputs given by position (in `inputs` order) or by keyword."""
         check_option(out_format, OUT_FORMATS, "out_format")
+        if args:
+            inputs = bind_inputs(self.inputs, args, inputs)
         self._check_inputs(inputs)
         plan = self.plan(inputs)
         if plan["kernel"] is not None:

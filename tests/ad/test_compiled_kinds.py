@@ -40,15 +40,16 @@ def dense(value):
 def test_spmv_jvp_and_vjp(data):
     A, x = data["A"], data["x"]
     dx, ct = data["rng"].standard_normal(6), data["rng"].standard_normal(9)
-    got, ref = compiled_and_interpreted(lambda i: sparsad.jvp(SPMV, "x", tangent="dx", interpret=i),
-                                        dict(A=A, x=x, dx=dx))
+    (value, got), (_, ref) = compiled_and_interpreted(lambda i: sparsad.jvp(SPMV, "x", interpret=i),
+                                                      dict(A=A, x=x, tangent=dx))
+    assert np.allclose(value, A @ x, rtol=1e-12)  # jvp returns (primal, tangent)
     assert isinstance(got, np.ndarray) and np.allclose(got, A @ dx, rtol=1e-12) and np.allclose(ref, got)
-    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SPMV, "x", cotangent="ct", interpret=i),
-                                        dict(A=A, x=x, ct=ct))
+    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SPMV, "x", interpret=i),
+                                        dict(A=A, x=x, cotangent=ct))
     assert isinstance(got, np.ndarray) and np.allclose(got, A.T @ ct, rtol=1e-12) and np.allclose(ref, got)
     # w.r.t. the sparse matrix: the outer product masked to A's pattern, as CSR both ways
-    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SPMV, "A", cotangent="ct", interpret=i),
-                                        dict(A=A, x=x, ct=ct))
+    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SPMV, "A", interpret=i),
+                                        dict(A=A, x=x, cotangent=ct))
     mask = (A != 0).toarray()
     assert sp.issparse(got) and sp.issparse(ref)
     assert np.allclose(dense(got), np.outer(ct, x) * mask, rtol=1e-12) and np.allclose(dense(ref), dense(got))
@@ -57,12 +58,12 @@ def test_spmv_jvp_and_vjp(data):
 def test_spmm_jvp_and_vjp_with_respect_to_the_dense_operand(data):
     A, B = data["A"], data["B"]
     dB, CT = data["rng"].standard_normal(B.shape), data["rng"].standard_normal((9, 4))
-    got, ref = compiled_and_interpreted(lambda i: sparsad.jvp(SPMM, "B", tangent="dB", interpret=i),
-                                        dict(A=A, B=B, dB=dB))
+    (_, got), (_, ref) = compiled_and_interpreted(lambda i: sparsad.jvp(SPMM, "B", interpret=i),
+                                                  dict(A=A, B=B, tangent=dB))
     assert type(got) is type(ref)
     assert np.allclose(dense(got), A @ dB, rtol=1e-12) and np.allclose(dense(ref), dense(got))
-    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SPMM, "B", cotangent="CT", interpret=i),
-                                        dict(A=A, B=B, CT=CT))
+    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SPMM, "B", interpret=i),
+                                        dict(A=A, B=B, cotangent=CT))
     assert isinstance(got, np.ndarray) and isinstance(ref, np.ndarray)
     assert np.allclose(got, A.T @ CT, rtol=1e-12) and np.allclose(ref, got)
 
@@ -70,8 +71,8 @@ def test_spmm_jvp_and_vjp_with_respect_to_the_dense_operand(data):
 def test_row_log_sum_exp_vjp_is_the_row_softmax_on_the_pattern(data):
     A = data["A"]
     ct = data["rng"].standard_normal(9)
-    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(ROW_LSE, "A", cotangent="ct", interpret=i),
-                                        dict(A=A, ct=ct))
+    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(ROW_LSE, "A", interpret=i),
+                                        dict(A=A, cotangent=ct))
     expected = A.copy().tocsr()
     for i in range(A.shape[0]):
         lo, hi = expected.indptr[i], expected.indptr[i + 1]
@@ -86,17 +87,18 @@ def test_scalar_programs_jvp_and_vjp_match_the_gradient(data):
     A, U, V = data["A"], data["U"], data["V"]
     dU = data["rng"].standard_normal(U.shape)
     grad_u = (A @ V)  # d/dU sum A .* (U V^T) = A V
-    got, ref = compiled_and_interpreted(lambda i: sparsad.jvp(SDDMM, "U", tangent="dU", interpret=i),
-                                        dict(A=A, U=U, V=V, dU=dU))
+    (_, got), (_, ref) = compiled_and_interpreted(lambda i: sparsad.jvp(SDDMM, "U", interpret=i),
+                                                  dict(A=A, U=U, V=V, tangent=dU))
     assert got == pytest.approx(float(np.sum(grad_u * dU)), rel=1e-12) and ref == pytest.approx(got)
-    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SDDMM, "V", cotangent="c", interpret=i),
-                                        dict(A=A, U=U, V=V, c=2.5))
+    got, ref = compiled_and_interpreted(lambda i: sparsad.vjp(SDDMM, "V", interpret=i),
+                                        dict(A=A, U=U, V=V, cotangent=2.5))
     assert isinstance(got, np.ndarray) and isinstance(ref, np.ndarray)
     assert np.allclose(got, 2.5 * (A.T @ U), rtol=1e-12) and np.allclose(ref, got)
     x, y = data["x"], data["y"]
     dx = data["rng"].standard_normal(6)
-    got, _ = compiled_and_interpreted(lambda i: sparsad.jvp(LSQ, "x", tangent="dx", interpret=i),
-                                      dict(A=A, x=x, y=y, dx=dx))
+    (value, got), _ = compiled_and_interpreted(lambda i: sparsad.jvp(LSQ, "x", interpret=i),
+                                               dict(A=A, x=x, y=y, tangent=dx))
+    assert value == pytest.approx(float((A @ x - y) @ (A @ x - y)), rel=1e-12)
     assert got == pytest.approx(float(2 * (A @ x - y) @ (A @ dx)), rel=1e-12)
 
 

@@ -78,7 +78,7 @@ def _case(name):
 
         def sym(v):
             return 0.5 * (v + v[perm])
-        return ((lambda v, b: sj.cg(S.with_values(sym(v)), b, tol=1e-14)),
+        return ((lambda v, b: sj.cg(S.with_values(sym(v)), b, rtol=1e-14)),
                 (lambda v, b: jnp.linalg.solve(S.with_values(sym(v)).to_dense(), b)), (S.values, b))
     raise KeyError(name)
 

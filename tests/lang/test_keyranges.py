@@ -28,8 +28,8 @@ def _compiled(kind: str, fmt: str):
         COMPILED[kind, fmt] = {
             "value": lambda: sparsad.compile(SHIFTED),
             "grad": lambda: sparsad.grad(SHIFTED, wrt="A"),
-            "jvp": lambda: sparsad.jvp(SHIFTED, wrt="A", tangent="dA"),
-            "vjp": lambda: sparsad.vjp(SHIFTED, wrt="A", cotangent="c"),
+            "jvp": lambda: sparsad.jvp(SHIFTED, wrt="A"),
+            "vjp": lambda: sparsad.vjp(SHIFTED, wrt="A"),
         }[kind]()
     return COMPILED[kind, fmt]
 
@@ -95,12 +95,12 @@ def test_derivatives_of_a_shifted_lookup_raise_or_match_closed_forms(kind, seed,
     dA = sp.csr_matrix((np.random.default_rng(seed + 1).standard_normal(A.nnz), A.indices, A.indptr),
                        shape=A.shape)
     if kind == "jvp":
-        inputs["dA"] = dA
+        inputs["tangent"] = dA
     if kind == "vjp":
-        inputs["c"] = 1.5
+        inputs["cotangent"] = 1.5
     interpreted = {"grad": sparsad.grad(SHIFTED, wrt="A", interpret=True),
-                   "jvp": sparsad.jvp(SHIFTED, wrt="A", tangent="dA", interpret=True),
-                   "vjp": sparsad.vjp(SHIFTED, wrt="A", cotangent="c", interpret=True)}[kind]
+                   "jvp": sparsad.jvp(SHIFTED, wrt="A", interpret=True),
+                   "vjp": sparsad.vjp(SHIFTED, wrt="A", interpret=True)}[kind]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
         if not _reach(A, k, m):
@@ -111,8 +111,8 @@ def test_derivatives_of_a_shifted_lookup_raise_or_match_closed_forms(kind, seed,
         shifted = _shifted(Bd, k)
         if kind == "jvp":
             expected = float((dA.toarray() * shifted).sum())
-            assert interpreted(**inputs) == pytest.approx(expected, abs=1e-12)
-            assert _compiled(kind, "csr")(**inputs) == pytest.approx(expected, abs=1e-12)
+            assert interpreted(**inputs)[1] == pytest.approx(expected, abs=1e-12)
+            assert _compiled(kind, "csr")(**inputs)[1] == pytest.approx(expected, abs=1e-12)
             return
         scale = 1.5 if kind == "vjp" else 1.0
         mask = np.zeros(A.shape, bool)
@@ -182,10 +182,10 @@ def test_sub_array_past_the_end_raises_in_every_path(m):
     x = np.arange(1.0, 6.0)
     text = "sum(<i, a> in x) a * (sum(<k, y> in x(i:m)) y)"
     runs = (sparsad.program(text), sparsad.compile(text), sparsad.grad(text, wrt="x"),
-            sparsad.grad(text, wrt="x", interpret=True), sparsad.jvp(text, wrt="x", tangent="dx"))
-    extra = {"dx": np.ones(5)}
+            sparsad.grad(text, wrt="x", interpret=True), sparsad.jvp(text, wrt="x"))
+    extra = {"tangent": np.ones(5)}
     for run in runs:
-        inputs = dict(x=x, m=m, **(extra if "dx" in run.inputs else {}))
+        inputs = dict(x=x, m=m, **(extra if getattr(run, "kind", None) == "jvp" else {}))
         if m > 5:
             with pytest.raises(ShapeError, match="axis 0 of input 'x'"):
                 run(**inputs)
@@ -197,8 +197,9 @@ def test_sub_array_past_the_end_raises_in_every_path(m):
         result = run(**inputs)
         if run in runs[:2]:
             assert result == pytest.approx(value, rel=1e-12)
-        elif "dx" in inputs:
-            assert result == pytest.approx(float(gradient.sum()), rel=1e-12)
+        elif "tangent" in inputs:  # jvp: (primal, tangent)
+            assert result[0] == pytest.approx(value, rel=1e-12)
+            assert result[1] == pytest.approx(float(gradient.sum()), rel=1e-12)
         else:
             np.testing.assert_allclose(result, gradient, rtol=1e-12)
 

@@ -11,14 +11,16 @@ from typing import Any, Iterable, Mapping
 from sparsad.ad.forward import forward, tangent_name, tensorized
 from sparsad.ad.guess import guess_types
 from sparsad.ad.reverse import reverse
-from sparsad.errors import InputError, OptionError, ProgramTypeError, UnsupportedError, check_option
+from sparsad.errors import (InputError, OptionError, ProgramTypeError, ShapeError, UnsupportedError, check_option,
+                            did_you_mean)
 from sparsad.lang import values as V
 from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
 from sparsad.formats.natural import natural_result
-from sparsad.lang.program import Program, program as make_program, to_natural
+from sparsad.lang.names import all_names
+from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, program as make_program, to_natural
 from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Dict, Real, Type, Zero, extents, tensor_order, type_to_text
@@ -110,11 +112,29 @@ def _order(t: Type) -> int:
 
 # -- Derivative programs --------------------------------------------------------------------------
 
+SEED_KEYWORDS = {"jvp": "tangent", "vjp": "cotangent"}  # the call keyword of each kind's seed
+_MISSING = object()
+
+
 class Derivative(Program):
-    """A derivative of a program: call it on the primal's inputs (plus a tangent or cotangent)."""
+    """A derivative of a program, called like the program: inputs by position (in `inputs` order)
+    or by keyword, options keyword-only. A jvp also takes `tangent=`, a vjp `cotangent=`.
+
+    What a call returns: grad, jacobian and vjp the derivative (one array for one `wrt`, a dict by
+    name for a list of names, a tuple for a sequence of `argnums`); jvp `(primal, tangent)` (only
+    the tangent when built with `with_primal=False`); value_and_grad `(value, gradient)`.
+
+    >>> import numpy as np, sparsad
+    >>> d = sparsad.grad("sum(<i, a> in V) a * a", wrt="V", interpret=True)
+    >>> d.inputs
+    ['V']
+    >>> d(np.array([1.0, 2.0]))
+    array([2., 4.])
+    """
 
     def __init__(self, primal: Program, wrt: tuple[str, ...], kind: str, mode: str,
-                 seed_name: str | None = None, interpret: bool = True):
+                 seed_name: str | None = None, interpret: bool = True, returns: str | None = None,
+                 with_value: bool = False):
         if mode not in MODES:
             check_option(mode, MODES, "mode")
         unknown = [w for w in wrt if w not in primal.inputs]
@@ -122,11 +142,18 @@ class Derivative(Program):
             raise InputError(f"wrt={unknown} names no input of the program; its inputs are {primal.inputs}")
         if not wrt:
             raise InputError("wrt is empty; name at least one input to differentiate with respect to")
+        if seed_name is not None and kind == "jvp" and len(wrt) != 1:
+            raise OptionError("a named tangent input serves one wrt input; pass tangent={name: direction} instead")
         self.primal = primal
-        self.wrt = wrt
+        self.wrt = tuple(wrt)
         self.kind = kind
         self.mode = mode
+        # the seed's input name inside the derivative programs: one per wrt (jvp) or shared (vjp);
+        # `seed_name` (the bridges', or a deprecated user-chosen one) is also accepted as a keyword
         self.seed_name = seed_name
+        self.seed_names = _seed_names(primal, self.wrt, kind, seed_name)
+        self.returns = returns or ("single" if len(self.wrt) == 1 else "dict")
+        self.with_value = with_value
         self.declared = dict(primal.declared)
         self.source = None
         self.interpret = interpret
@@ -137,12 +164,14 @@ class Derivative(Program):
         self.passes = OPTIONAL_PASSES
         self._cache: dict[tuple, dict[str, Expr]] = {}
         self._compiled: dict[str, Any] = {}
+        self._compiled_primal = None
 
     # Program interface
     @property
     def inputs(self) -> list[str]:
-        extra = [self.seed_name] if self.seed_name else []
-        return sorted(set(self.primal.inputs) | set(extra))
+        """The primal's inputs, in the order positional arguments bind to them (the tangent or
+        cotangent is passed by keyword)."""
+        return self.primal.inputs
 
     @property
     def expr(self) -> Expr:
@@ -185,7 +214,7 @@ class Derivative(Program):
             label = f"{self.kind} w.r.t. {wrt} of `{_short(self.primal.text())}`"
             self._compiled[wrt] = CompiledProgram(self.primal, formats=self.formats, output=self.output,
                                                   passes=self.passes, label=label,
-                                                  extra_inputs=(self.seed_name,) if self.seed_name else (),
+                                                  extra_inputs=(self.seed_names[wrt],) if self.seed_names else (),
                                                   dense_like=wrt if self.kind in ("grad", "vjp", "jacobian") else None,
                                                   build=lambda types, dense=False, w=wrt: self._build(w, types, dense))
         return self._compiled[wrt]
@@ -194,13 +223,15 @@ class Derivative(Program):
         """The same derivative compiled with named input formats, output kind or passes."""
         from sparsad.opt.pipeline import OPTIONAL_PASSES
 
-        twin = Derivative(self.primal, self.wrt, self.kind, self.mode, self.seed_name, interpret=False)
+        twin = Derivative(self.primal, self.wrt, self.kind, self.mode, self.seed_name, interpret=False,
+                          returns=self.returns, with_value=self.with_value)
         twin.formats, twin.output = dict(formats or {}), output
         twin.passes = frozenset(OPTIONAL_PASSES if passes is None else passes)
         return twin
 
     def __repr__(self) -> str:
-        return f"Derivative({self.kind}, wrt={list(self.wrt)}, mode={self.resolved_mode()!r}, of {self.primal!r})"
+        kind = "value_and_grad" if self.with_value and self.kind == "grad" else self.kind
+        return f"Derivative({kind}, wrt={list(self.wrt)}, mode={self.resolved_mode()!r}, of {self.primal!r})"
 
     # building
     def output_type(self, types: Mapping[str, Type]) -> Type:
@@ -222,9 +253,15 @@ class Derivative(Program):
         """The derivative program w.r.t. `wrt`. `dense_wrt`: wrt is stored dense, so its pattern is
         every entry and the adjoint needs no masking (it then accumulates straight into the result)."""
         expr = self.primal.expr
+        if self.kind == "grad":
+            out = self.output_type(types)
+            if not isinstance(out, (Real, Zero)):
+                raise ShapeError(f"grad needs a program with a scalar output; this one's output has type "
+                                 f"{type_to_text(out)}. Use sparsad.jacobian(...) for its full derivative, or "
+                                 "sparsad.vjp(...) for a vector-Jacobian product")
         mode = self.resolved_mode(types)
         if self.kind == "jvp" or mode == "forward":
-            body = _bind_tangent(forward(expr), wrt, self.seed_name)
+            body = _bind_tangent(forward(expr), wrt, self.seed_names.get(wrt))
             for name in sorted(n for n in types if n != wrt):
                 body = Let(tangent_name(name), zero(types[name]), body)
             return body
@@ -233,10 +270,10 @@ class Derivative(Program):
             if self.kind != "vjp" and not isinstance(out, (Real, Zero)):
                 raise UnsupportedError(f"reverse mode needs a scalar output, this program returns "
                                        f"{type_to_text(out)}; use jacobian(...) or vjp(...)")
-            seed: Expr = Var(self.seed_name) if self.kind == "vjp" else Const(1.0)
+            seed: Expr = Var(self.seed_names[wrt]) if self.kind == "vjp" else Const(1.0)
             all_types = dict(types)
             if self.kind == "vjp":
-                all_types[self.seed_name] = out
+                all_types[self.seed_names[wrt]] = out
             try:
                 adjoint = reverse(expr, wrt, seed, all_types)
             except (ProgramTypeError, UnsupportedError):
@@ -251,52 +288,126 @@ class Derivative(Program):
         check_option(mode, MODES, "mode")
 
     # running
-    def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
+    def __call__(self, *args: Any, out_format: str = "natural", **inputs: Any) -> Any:
+        """Run on the primal's inputs (by position in `inputs` order, or by keyword), plus
+        `tangent=` (jvp) or `cotangent=` (vjp); see the class docstring for what comes back."""
+        check_option(out_format, OUT_FORMATS, "out_format")
+        seeds = self._take_seeds(inputs)
+        inputs = bind_inputs(self.primal.inputs, args, inputs, f"this {self.kind}")
         self._check_inputs(inputs)
+        results = self._derivatives({**inputs, **seeds}, out_format)
+        if self.kind == "jvp":
+            total = None
+            for w in self.wrt:
+                if w in results:
+                    total = _add_results(total, results[w])
+            return (self._primal_value(inputs, out_format), total) if self.with_value else total
+        if self.returns == "single":
+            derivative = results[self.wrt[0]]
+        elif self.returns == "tuple":
+            derivative = tuple(results[w] for w in self.wrt)
+        else:
+            derivative = results
+        if self.with_value:
+            return self._primal_value(inputs, "natural"), derivative
+        return derivative
+
+    def _take_seeds(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Pop the tangent/cotangent keyword (or the seed's own name) from `inputs`; return the
+        seed values under their internal input names."""
+        keyword = SEED_KEYWORDS.get(self.kind)
+        if keyword is None:
+            return {}
+        value = inputs.pop(keyword, _MISSING)
+        if self.seed_name is not None and self.seed_name in inputs and self.seed_name not in self.primal.inputs:
+            if value is not _MISSING:
+                raise InputError(f"the {keyword} was given twice: as {keyword}= and as {self.seed_name}=")
+            value = inputs.pop(self.seed_name)
+        if value is _MISSING:
+            several = " (a dict {input name: direction} for several wrt inputs)" if len(self.wrt) > 1 else ""
+            raise InputError(f"this {self.kind} needs the {keyword}: call it with {keyword}=...{several}, "
+                             f"besides the program's inputs {self.primal.inputs}")
+        if self.kind == "vjp":
+            return {self.seed_names[self.wrt[0]]: value}
+        return {self.seed_names[w]: v for w, v in self._tangent_per_input(value).items()}
+
+    def _tangent_per_input(self, value: Any) -> dict[str, Any]:
+        """`tangent=` as {wrt name: direction}: one array for one wrt; a dict by name (or position)
+        or a sequence in wrt order for several. An input left out of a dict has a zero tangent."""
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            unknown = [k for k in value if k not in self.wrt]
+            if unknown:
+                raise InputError(f"tangent names {unknown}, which this jvp does not differentiate; its wrt "
+                                 f"inputs are {list(self.wrt)}")
+            return dict(value)
+        if len(self.wrt) == 1:
+            return {self.wrt[0]: value}
+        if isinstance(value, (list, tuple)) and len(value) == len(self.wrt):
+            return dict(zip(self.wrt, value))
+        raise InputError(f"this jvp differentiates {list(self.wrt)}; pass tangent= as a dict {{name: direction}} "
+                         f"or a sequence of {len(self.wrt)} directions in that order")
+
+    def _primal_value(self, inputs: Mapping[str, Any], out_format: str) -> Any:
+        """The program's own value on `inputs` (compiled like the derivative unless it is interpreted)."""
+        if self.interpret:
+            return self.primal(out_format=out_format, **inputs)
+        if self._compiled_primal is None:
+            from sparsad.compiler import CompiledProgram
+
+            self._compiled_primal = CompiledProgram(self.primal, formats=self.formats, output=self.output,
+                                                    passes=self.passes)
+        return self._compiled_primal(out_format=out_format, **inputs)
+
+    def _derivatives(self, inputs: dict[str, Any], out_format: str) -> dict[str, Any]:
+        """The derivative w.r.t. each wrt input (for a jvp, each one with a tangent), by name."""
         primal_names = self.primal._input_names()
         primal_inputs = {k: v for k, v in inputs.items() if k in primal_names}
+        active = [w for w in self.wrt if not self.seed_names or self.seed_names[w] in inputs]
         results = {}
         # every kind compiles but grad/jacobian in mode="forward" (one interpreted pass per direction)
         by_directions = self.kind in ("grad", "jacobian") and self.mode == "forward"
         if not self.interpret and not by_directions:
-            call_inputs = dict(primal_inputs)
-            if self.seed_name:
-                call_inputs[self.seed_name] = inputs[self.seed_name]
             try:
-                results = {w: natural_result(self._shaped_zero(self._compiled_for(w)(out_format=out_format,
-                                                                                     **call_inputs),
-                                                               w, inputs, out_format), inputs, out_format)
-                           for w in self.wrt}
-                return results[self.wrt[0]] if len(self.wrt) == 1 else results
+                for w in active:
+                    call_inputs = dict(primal_inputs)
+                    if self.seed_names:
+                        call_inputs[self.seed_names[w]] = inputs[self.seed_names[w]]
+                    results[w] = natural_result(
+                        self._shaped_zero(self._compiled_for(w)(out_format=out_format, **call_inputs),
+                                          w, inputs, out_format), inputs, out_format)
+                return results
             except ProgramTypeError as error:
                 # the user's own type errors first; otherwise the derivative program we built does
                 # not type-check for the compiler (an internal fault): the interpreter runs it
                 infer(self.primal.expr, {**{n: value_type(v) for n, v in primal_inputs.items()}, **self.declared})
                 self._warn_fallback(f"the derivative program does not type-check for compilation ({error})")
-        elif not self.interpret:
-            self._warn_fallback("mode='forward' makes one pass per entry of the input; use the default "
-                                "mode to compile")
         types = {name: value_type(value) for name, value in primal_inputs.items()}
         types.update(self.declared)
         # the derivative is defined where the program is: a lookup outside an input's shape is
         # the ShapeError `program(...)(...)` raises (the derivative program may not read that key)
         check_lookups(self.primal.expr, key_checks(self.primal.expr, types), primal_inputs)
-        for wrt, expr in self.exprs(types).items():
+        exprs = self.exprs(types)  # the user's errors (a grad of a non-scalar program) before any warning
+        if by_directions and not self.interpret:
+            self._warn_fallback("mode='forward' makes one pass per entry of the input; use the default "
+                                "mode to compile")
+        for wrt, expr in exprs.items():
+            if wrt not in active:
+                continue
             if self.kind != "jvp" and self.resolved_mode(types) == "forward":
                 value, result_type = self._forward_by_directions(expr, wrt, inputs, types)
             else:
                 env_types = dict(types)
-                if self.seed_name:
-                    env_types[self.seed_name] = value_type(inputs[self.seed_name])
+                if self.seed_names:
+                    env_types[self.seed_names[wrt]] = value_type(inputs[self.seed_names[wrt]])
                 if self.kind == "jvp":
-                    env_types[tangent_name(wrt) if self.seed_name is None else self.seed_name] = types[wrt]
+                    env_types[self.seed_names[wrt]] = types[wrt]
                 value = evaluate(expr, inputs, check_shapes=True)
                 result_type = _result_type(expr, env_types, self.output_type(types), types[wrt], self.kind)
             # per input: the natural format of one wrt is not another's
-            form = self._natural_format(wrt, inputs, result_type) if out_format == "natural" else out_format
-            results[wrt] = value if form == "value" else natural_result(
-                self._shaped_zero(to_natural(value, result_type, form), wrt, inputs, form), inputs, out_format)
-        return results[self.wrt[0]] if len(self.wrt) == 1 else results
+            fmt = self._natural_format(wrt, inputs, result_type) if out_format == "natural" else out_format
+            results[wrt] = value if fmt == "value" else natural_result(
+                self._shaped_zero(to_natural(value, result_type, fmt), wrt, inputs, fmt), inputs, out_format)
+        return results
 
     def _warn_fallback(self, why: str) -> None:
         import warnings
@@ -305,7 +416,7 @@ class Derivative(Program):
         from sparsad.errors import FallbackWarning
 
         warnings.warn(f"sparsad: {self.kind} of `{_short(self.primal.text())}` runs in the interpreter, not "
-                      f"as a compiled kernel: {_short(why, 300)}", FallbackWarning, stacklevel=3)
+                      f"as a compiled kernel: {_short(why, 300)}", FallbackWarning, stacklevel=4)
 
     def _shaped_zero(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str) -> Any:
         """A gradient or vjp that is identically zero comes back as the zero of wrt's type: zeros
@@ -456,53 +567,189 @@ def _is_leafless(value: dict) -> bool:
     return False
 
 
-def _names(wrt: str | Iterable[str]) -> tuple[str, ...]:
-    return (wrt,) if isinstance(wrt, str) else tuple(wrt)
+def _seed_names(primal: Program, wrt: tuple[str, ...], kind: str, seed_name: str | None) -> dict[str, str]:
+    """The input name each wrt's seed has inside the derivative programs: names no user writes
+    (the user passes `tangent=`/`cotangent=`), fresh against every name of the program."""
+    if kind not in SEED_KEYWORDS:
+        return {}
+    taken = set(all_names(primal.expr)) | set(primal.inputs)
+
+    def fresh(base: str) -> str:
+        while base in taken:
+            base += "_"
+        taken.add(base)
+        return base
+
+    if kind == "vjp":
+        shared = seed_name or fresh("cotangent")
+        return {w: shared for w in wrt}
+    return {w: seed_name or fresh(f"{w}_tangent") for w in wrt}
 
 
-def grad(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto",
+def _add_results(total: Any, part: Any) -> Any:
+    """The sum of two jvp terms (numbers, arrays, scipy.sparse matrices or nested dicts)."""
+    if total is None:
+        return part
+    if isinstance(total, dict) or isinstance(part, dict):
+        return V.add(total, part)
+    import scipy.sparse as sp
+
+    if sp.issparse(total) and sp.issparse(part):
+        return (total + part).asformat(total.format)
+    if sp.issparse(total) or sp.issparse(part):
+        import numpy as np
+
+        dense = [x.toarray() if sp.issparse(x) else np.asarray(x) for x in (total, part)]
+        return dense[0] + dense[1]
+    return total + part
+
+
+def resolve_wrt(prog: Program, wrt: Any = None, argnums: Any = None,
+                what: str = "the derivative") -> tuple[tuple[str, ...], str]:
+    """`wrt=` or `argnums=` (input names or positions in `prog.inputs` order) as input names, and
+    how results come back: "single" (one name or position), "dict" (a sequence of `wrt`, by name)
+    or "tuple" (a sequence of `argnums`, in that order).
+
+    >>> resolve_wrt(make_program("sum(<i, a> in A) a * x(i)"), argnums=(1, 0))
+    (('x', 'A'), 'tuple')
+    """
+    if wrt is not None and argnums is not None:
+        raise OptionError(f"{what}: give wrt= or argnums=, not both (both name the inputs to differentiate)")
+    names = prog.inputs
+    if wrt is None and argnums is None:
+        raise InputError(f"{what}: name the input(s) to differentiate with respect to, by name or by position "
+                         f"in {names}: wrt={names[0]!r} or argnums=0" if names else
+                         f"{what}: the program reads no input, there is nothing to differentiate")
+    argument, spec = ("wrt", wrt) if wrt is not None else ("argnums", argnums)
+    single = isinstance(spec, (str, int))
+    items = (spec,) if single else tuple(spec) if isinstance(spec, (list, tuple)) else None
+    if items is None:
+        raise OptionError(f"{what}: {argument}= takes an input name or position, or a list or tuple of them; "
+                          f"got {type(spec).__name__}")
+    if not items:
+        raise InputError(f"{what}: {argument}= is empty; name at least one of {names}")
+    resolved = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise OptionError(f"{what}: {argument}= holds {item!r}; use input names or positions in {names}")
+        if isinstance(item, int):
+            if not -len(names) <= item < len(names):
+                raise InputError(f"{what}: {argument}={item} is out of range; the program reads {len(names)} "
+                                 f"input(s) {names}, positions 0..{len(names) - 1}")
+            item = names[item]
+        elif item not in names:
+            raise InputError(f"{what}: {argument}={item!r} names no input of the program; its inputs are "
+                             f"{names}{did_you_mean(item, names)}")
+        if item in resolved:
+            raise InputError(f"{what}: {argument}= names input {item!r} twice")
+        resolved.append(item)
+    shape = "single" if single else ("tuple" if argument == "argnums" else "dict")
+    return tuple(resolved), shape
+
+
+def grad(prog: "Program | str", wrt: Any = None, *, argnums: Any = None, mode: str = "auto",
          interpret: bool = False) -> Derivative:
-    """The gradient of a scalar program w.r.t. one or more inputs (masked to sparse inputs' patterns).
+    """The gradient of a scalar program w.r.t. inputs named by `wrt` (names or positions in
+    `prog.inputs` order) or `argnums`, masked to sparse inputs' patterns.
 
-    Compiled to a kernel for the inputs' formats on first call; `interpret=True` runs the
-    derivative program in the reference interpreter instead.
+    Call it like the program. One name or position gives one array; a list of names a dict by
+    name; a sequence of `argnums` a tuple. A program with a non-scalar output raises ShapeError
+    (use `jacobian` or `vjp`). Compiled to a kernel for the inputs' formats on first call;
+    `interpret=True` runs the derivative program in the reference interpreter instead.
 
     >>> import numpy as np
     >>> g = grad("sum(<i, a> in V1) a * V2(i)", wrt="V2")
     >>> g(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]))
     array([1., 2.])
+    >>> dV1, dV2 = grad("sum(<i, a> in V1) a * V2(i)", argnums=(0, 1))(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    >>> dV1
+    array([3., 4.])
     """
-    return Derivative(make_program(prog), _names(wrt), "grad", mode, interpret=interpret)
+    prog = make_program(prog)
+    names, returns = resolve_wrt(prog, wrt, argnums, "grad")
+    return Derivative(prog, names, "grad", mode, interpret=interpret, returns=returns)
 
 
-def jacobian(prog: "Program | str", wrt: str | Iterable[str], mode: str = "auto",
-             interpret: bool = False) -> Derivative:
-    """The Jacobian, laid out as output indices then input indices (D ⊗ τ), by tensorized forward mode."""
-    return Derivative(make_program(prog), _names(wrt), "jacobian", mode, interpret=interpret)
-
-
-def jvp(prog: "Program | str", wrt: str, tangent: str | None = None, interpret: bool = False) -> Derivative:
-    """Forward mode along one direction: call with the inputs plus the tangent (default name `wrt'`).
-
-    Compiled like `grad`; `interpret=True` runs the derivative program in the interpreter.
+def value_and_grad(prog: "Program | str", wrt: Any = None, *, argnums: Any = None, mode: str = "auto",
+                   interpret: bool = False) -> Derivative:
+    """Like `grad`, but a call returns `(value, gradient)`: the program's value and its gradient.
 
     >>> import numpy as np
-    >>> f = jvp("sum(<i, a> in V1) a * V2(i) * V2(i)", wrt="V2", tangent="dV2")
-    >>> float(f(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]), dV2=np.array([1.0, 0.0])))
-    6.0
+    >>> f = value_and_grad("sum(<i, a> in V) a * a", wrt="V")
+    >>> value, g = f(np.array([1.0, 2.0]))
+    >>> value, g
+    (5.0, array([2., 4.]))
     """
-    return Derivative(make_program(prog), (wrt,), "jvp", "forward", tangent or tangent_name(wrt),
-                      interpret=interpret)
+    prog = make_program(prog)
+    names, returns = resolve_wrt(prog, wrt, argnums, "value_and_grad")
+    return Derivative(prog, names, "grad", mode, interpret=interpret, returns=returns, with_value=True)
 
 
-def vjp(prog: "Program | str", wrt: str, cotangent: str = "cotangent", interpret: bool = False) -> Derivative:
-    """Reverse mode from an output cotangent: call with the inputs plus `cotangent`.
+def jacobian(prog: "Program | str", wrt: Any = None, *, argnums: Any = None, mode: str = "auto",
+             interpret: bool = False) -> Derivative:
+    """The Jacobian, laid out as output indices then input indices (D ⊗ τ), by tensorized forward
+    mode; `wrt`/`argnums` and the results as in `grad`.
+
+    >>> import numpy as np
+    >>> J = jacobian("sum(<i, a> in V) { i -> a * a }", wrt="V")
+    >>> J(np.array([1.0, 2.0]), out_format="dense")
+    array([[2., 0.],
+           [0., 4.]])
+    """
+    prog = make_program(prog)
+    names, returns = resolve_wrt(prog, wrt, argnums, "jacobian")
+    return Derivative(prog, names, "jacobian", mode, interpret=interpret, returns=returns)
+
+
+def jvp(prog: "Program | str", wrt: Any = None, tangent: str | None = None, *, argnums: Any = None,
+        interpret: bool = False, with_primal: bool = True) -> Derivative:
+    """Forward mode: call with the program's inputs and `tangent=` (the direction of the wrt input;
+    for several wrt inputs a dict {name: direction}, inputs left out having zero tangent, or a
+    sequence in wrt order). A call returns `(primal, tangent)`: the program's value and J·tangent
+    (`with_primal=False`: only the tangent, and the program itself is not run).
 
     Compiled like `grad`; `interpret=True` runs the derivative program in the interpreter.
+    (`tangent="name"` here, naming the tangent input, is deprecated: pass `tangent=` at the call.)
+
+    >>> import numpy as np
+    >>> f = jvp("sum(<i, a> in V1) a * V2(i) * V2(i)", wrt="V2")
+    >>> f(V1=np.array([1.0, 2.0]), V2=np.array([3.0, 4.0]), tangent=np.array([1.0, 0.0]))
+    (41.0, 6.0)
+    """
+    prog = make_program(prog)
+    names, _ = resolve_wrt(prog, wrt, argnums, "jvp")
+    if tangent is not None:
+        _deprecated_seed("jvp", "tangent", tangent)
+    return Derivative(prog, names, "jvp", "forward", tangent, interpret=interpret, with_value=with_primal)
+
+
+def vjp(prog: "Program | str", wrt: Any = None, cotangent: str | None = None, *, argnums: Any = None,
+        interpret: bool = False) -> Derivative:
+    """Reverse mode from an output cotangent: call with the program's inputs and `cotangent=`
+    (shaped like the output); returns cotangent·J per wrt input, as `grad` returns gradients.
+
+    Compiled like `grad`; `interpret=True` runs the derivative program in the interpreter.
+    (`cotangent="name"` here, naming the cotangent input, is deprecated: pass `cotangent=` at the call.)
 
     >>> import numpy as np
     >>> f = vjp("sum(<i, a> in V) { i -> a * a }", wrt="V")
     >>> f(V=np.array([1.0, 2.0]), cotangent=np.array([1.0, 10.0]))
     array([ 2., 40.])
     """
-    return Derivative(make_program(prog), (wrt,), "vjp", "reverse", cotangent, interpret=interpret)
+    prog = make_program(prog)
+    names, returns = resolve_wrt(prog, wrt, argnums, "vjp")
+    if cotangent is not None:
+        _deprecated_seed("vjp", "cotangent", cotangent)
+        if cotangent == "cotangent":
+            cotangent = None
+    return Derivative(prog, names, "vjp", "reverse", cotangent, interpret=interpret, returns=returns)
+
+
+def _deprecated_seed(kind: str, keyword: str, name: Any) -> None:
+    import warnings
+
+    if not isinstance(name, str):
+        raise OptionError(f"{kind}({keyword}=...) names nothing any more: pass the {keyword} when calling the "
+                          f"derivative, f(..., {keyword}=value)")
+    warnings.warn(f"sparsad.{kind}(..., {keyword}={name!r}) is deprecated: call the derivative with "
+                  f"{keyword}=value instead of {name}=value", DeprecationWarning, stacklevel=3)

@@ -18,9 +18,9 @@ forms) → ``torch_splice`` / ``jax_splice`` (custom adjoints).  Anything the ma
 or any failure inside it, falls back to plain autograd with a ``CoarsenFallbackWarning`` naming
 the file and line.
 """
-from sparsad.coarsen.api import Coarsened, grad, symbolic
+from sparsad.coarsen.api import Coarsened, grad, symbolic, value_and_grad
 from sparsad.coarsen.explain import explain
 from sparsad.coarsen.frontend import CoarsenUnsupported
 from sparsad.coarsen.plan import CoarsenFallbackWarning
 
-__all__ = ["symbolic", "grad", "explain", "Coarsened", "CoarsenUnsupported", "CoarsenFallbackWarning"]
+__all__ = ["symbolic", "grad", "value_and_grad", "explain", "Coarsened", "CoarsenUnsupported", "CoarsenFallbackWarning"]

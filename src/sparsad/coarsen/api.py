@@ -34,7 +34,17 @@ def _backend(args) -> str:
 
 
 class Coarsened:
-    """A function whose derivatives come from coarsening (see ``symbolic``)."""
+    """A function whose derivatives come from coarsening (see ``symbolic``, which makes one).
+
+    >>> import torch
+    >>> from sparsad.coarsen import Coarsened
+    >>> def square_sum(x):
+    ...     return (x * x).sum()
+    >>> square_sum = Coarsened(square_sum)
+    >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> square_sum(x).backward(); x.grad
+    tensor([2., 4.], dtype=torch.float64)
+    """
 
     def __init__(self, fn: Callable, max_segment: int = 30, closed_forms: bool = True, verify: bool = True,
                  numba: bool = True):
@@ -131,22 +141,52 @@ def symbolic(fn: Callable | None = None, *, max_segment: int = 30, closed_forms:
     ``max_segment`` is the SOI size limit L (operations per segment).  ``verify`` checks each
     newly compiled adjoint once against plain autograd.  ``numba`` compiles CPU torch adjoints
     with Numba (else they run as generated torch code).  Usable bare or with arguments.
+
+    >>> import torch, sparsad.coarsen as coarsen
+    >>> @coarsen.symbolic(max_segment=10)
+    ... def energy(x):
+    ...     return (x * torch.sin(x)).sum()
+    >>> x = torch.tensor([0.0, 1.0], dtype=torch.float64, requires_grad=True)
+    >>> energy(x).backward()
+    >>> torch.allclose(x.grad, torch.sin(x) + x * torch.cos(x))
+    True
     """
     if fn is None:
         return lambda f: Coarsened(f, max_segment, closed_forms, verify, numba)
     return Coarsened(fn, max_segment, closed_forms, verify, numba)
 
 
-def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 30, numba: bool = True) -> Callable:
+def grad(fn: Callable, argnums: int | Sequence[int] | None = None, *, wrt: str | Sequence[str] | None = None,
+         max_segment: int = 30, numba: bool = True) -> Callable:
     """Gradient function of a scalar-valued ``fn``; the primal runs only to record control flow.
 
+    The arguments to differentiate are named by ``argnums`` (positions; default 0) or ``wrt``
+    (parameter names), as in ``sparsad.grad``: an int or a name gives one gradient, a sequence of
+    ``argnums`` a tuple in that order, a sequence of ``wrt`` names a dict by name.
     Straight-line functions skip the primal entirely (§3); functions with traced loops or
-    branches run a recording primal without autograd.  Returns one gradient for an int
-    ``argnums``, a tuple for a sequence.  Unsupported functions fall back to autograd.
+    branches run a recording primal without autograd.  Unsupported functions fall back to autograd.
+
+    >>> import torch, sparsad.coarsen as coarsen
+    >>> def f(x, w):
+    ...     return (w * torch.exp(x)).sum()
+    >>> x, w = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    >>> coarsen.grad(f, wrt="x")(x, w)
+    tensor([1., 1.], dtype=torch.float64)
+    >>> sorted(coarsen.grad(f, wrt=["x", "w"])(x, w))
+    ['w', 'x']
     """
     if not callable(fn):
         raise CoarsenInputError(f"coarsen.grad needs a function, got {type(fn).__name__}")
     coarse = fn if isinstance(fn, Coarsened) else Coarsened(fn, max_segment, numba=numba)
+    by_name = None
+    if wrt is not None:
+        if argnums is not None:
+            raise CoarsenInputError("coarsen.grad: give argnums= or wrt=, not both (both name the arguments "
+                                    "to differentiate)")
+        by_name = (wrt,) if isinstance(wrt, str) else tuple(wrt)
+        argnums = _positions(coarse.fn, wrt)
+    elif argnums is None:
+        argnums = 0
     single = isinstance(argnums, int) and not isinstance(argnums, bool)
     try:
         nums = (argnums,) if single else tuple(argnums)
@@ -154,7 +194,60 @@ def grad(fn: Callable, argnums: int | Sequence[int] = 0, *, max_segment: int = 3
         raise CoarsenInputError(f"argnums must be an int or a sequence of ints, got {argnums!r}") from None
     if not nums or not all(isinstance(n, int) and not isinstance(n, bool) for n in nums):
         raise CoarsenInputError(f"argnums must be an int or a non-empty sequence of ints, got {argnums!r}")
+    gradient = _gradient_function(fn, coarse, nums, single)
+    if by_name is None or single:
+        return gradient
 
+    def gradient_by_name(*args, **kwargs):
+        return dict(zip(by_name, gradient(*args, **kwargs)))
+
+    gradient_by_name.__name__ = gradient.__name__
+    return gradient_by_name
+
+
+def value_and_grad(fn: Callable, argnums: int | Sequence[int] | None = None, *,
+                   wrt: str | Sequence[str] | None = None, max_segment: int = 30, numba: bool = True) -> Callable:
+    """Like ``grad``, but the function returns ``(fn(*args), gradient)``.
+
+    The value comes from calling ``fn`` itself (the gradient's recording primal is not reused).
+
+    >>> import torch, sparsad.coarsen as coarsen
+    >>> def square_sum(x):
+    ...     return (x * x).sum()
+    >>> value, g = coarsen.value_and_grad(square_sum)(torch.tensor([1.0, 2.0], dtype=torch.float64))
+    >>> float(value), g
+    (5.0, tensor([2., 4.], dtype=torch.float64))
+    """
+    gradient = grad(fn, argnums, wrt=wrt, max_segment=max_segment, numba=numba)
+    primal = fn.fn if isinstance(fn, Coarsened) else fn
+
+    def value_and_gradient(*args, **kwargs):
+        return primal(*args, **kwargs), gradient(*args, **kwargs)
+
+    value_and_gradient.__name__ = f"value_and_grad_{getattr(fn, '__name__', 'f')}"
+    return value_and_gradient
+
+
+def _positions(fn: Callable, wrt: str | Sequence[str]) -> int | tuple[int, ...]:
+    """``wrt`` parameter names as positions in ``fn``'s signature (an int for one name)."""
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        raise CoarsenInputError(f"coarsen.grad: wrt= needs a function with a signature; use argnums=") from None
+    names = (wrt,) if isinstance(wrt, str) else tuple(wrt)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise CoarsenInputError(f"wrt must be a parameter name or a non-empty sequence of names, got {wrt!r}")
+    unknown = [n for n in names if n not in params]
+    if unknown:
+        raise CoarsenInputError(f"coarsen.grad: wrt={unknown} names no positional parameter of "
+                                f"{getattr(fn, '__name__', 'f')}; its parameters are {params}")
+    positions = tuple(params.index(n) for n in names)
+    return positions[0] if isinstance(wrt, str) else positions
+
+
+def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: bool) -> Callable:
+    """The gradient function of ``grad`` for the argument positions ``nums`` (negative ones count from the end)."""
     fast: dict = {}  # signature -> (plan, ready-made call) (torch; straight-line code, or a Numba-recorded primal)
 
     def gradient(*args, **kwargs):

@@ -10,7 +10,17 @@ from sparsad.coarsen.frontend import CoarsenUnsupported
 
 
 def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int | None = None) -> str:
-    """Describe how ``fn`` is coarsened on ``example_args``; print it (unless told not to) and return it."""
+    """Describe how ``fn`` is coarsened on ``example_args``; print it (unless told not to) and return it.
+
+    >>> import torch, sparsad.coarsen as coarsen
+    >>> def softplus_sum(x):
+    ...     return torch.log(1 + torch.exp(x)).sum()
+    >>> text = coarsen.explain(softplus_sum, torch.zeros(3, dtype=torch.float64), print_it=False)
+    >>> print(text.splitlines()[0])
+    coarsening of softplus_sum (SOI size limit L = 30)
+    >>> "s1 = sum(Softplus(x))" in text
+    True
+    """
     from sparsad.coarsen.api import Coarsened, _backend
     from sparsad.coarsen.plan import build_plan
 

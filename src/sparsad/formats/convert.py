@@ -24,7 +24,13 @@ from sparsad.memory import check_allocation, memory_limit
 
 def from_arrays(fmt: Format | str, shape: Any, name: str | None = None, **fields: Any) -> StoredTensor:
     """A StoredTensor from raw physical arrays, validated (e.g. `from_arrays('csr', (3, 4),
-    pos=..., idx=..., val=...)`); dense extents and the root's `len` may be omitted."""
+    pos=..., idx=..., val=...)`); dense extents and the root's `len` may be omitted.
+
+    >>> import numpy as np
+    >>> t = from_arrays("csr", (2, 3), pos=np.array([0, 1, 2]), idx=np.array([2, 0]), val=np.array([5.0, 6.0]))
+    >>> t.to_logical()
+    {0: {2: 5.0}, 1: {0: 6.0}}
+    """
     if isinstance(fmt, str):
         try:
             fmt = resolve(fmt, len(tuple(shape)) if _is_sequence(shape) else 2)
@@ -40,6 +46,11 @@ DENSIFY_WARN_BYTES = 1 << 20  # storing a sparse input densely warns from this s
 def from_coordinates(coords: Any, values: Any, shape: Any, fmt: Format | str,
                      name: str | None = None, index_dtype=np.int64) -> StoredTensor:
     """A StoredTensor from coordinates (order x n) and values; duplicates are summed.
+
+    >>> import numpy as np
+    >>> t = from_coordinates(np.array([[0, 1, 1], [2, 0, 0]]), np.array([1.0, 2.0, 3.0]), (2, 3), "coo")
+    >>> t.to_logical()
+    {0: {2: 1.0}, 1: {0: 5.0}}
 
     Storing them in a dense format of DENSIFY_WARN_BYTES or more warns (DensifyWarning).
     """
@@ -78,6 +89,12 @@ def as_format(value: Any, format: Format | str | None = None, name: str | None =
 
     Without a format: numpy and torch dense -> dense row-major; scipy csr/csc/coo -> CSR/CSC/COO
     (other scipy formats -> CSR); torch sparse COO/CSR/CSC -> COO/CSR/CSC; pydata/sparse -> COO.
+
+    >>> import scipy.sparse as sp
+    >>> as_format(sp.identity(3, format="csr"))
+    StoredTensor(csr, shape=(3, 3), stored=3, dtype=float64)
+    >>> as_format(sp.identity(3, format="csr"), "csc").format.name
+    'csc'
     """
     label = f"input {name!r}" if name else "value"
     if isinstance(value, StoredTensor):
@@ -264,7 +281,12 @@ def _is_sequence(value: Any) -> bool:
 
 def logical_coordinates(value: Any, shape: tuple[int, ...], label: str = "value"
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(coords, values) of the leaves of a nested dict of numbers, checked against shape."""
+    """(coords, values) of the leaves of a nested dict of numbers, checked against shape.
+
+    >>> coords, values = logical_coordinates({0: {2: 5.0}, 1: {0: 6.0}}, (2, 3))
+    >>> coords.tolist(), values.tolist()
+    ([[0, 1], [2, 0]], [5.0, 6.0])
+    """
     order = len(shape)
     keys: list[list[int]] = [[] for _ in range(order)]
     leaves: list[float] = []
@@ -310,6 +332,12 @@ def from_logical(value: Any, shape: Any, out_format: Format | str = "dense"):
     `out_format`: 'dense' or 'numpy' -> numpy array; 'csr', 'csc', 'coo', 'bsr', 'dia', 'lil',
     'dok' -> scipy.sparse matrix (2-d only; stored entries kept, zeros included); any other
     format name or a Format -> StoredTensor.
+
+    >>> from_logical({0: {2: 5.0}, 1: {0: 6.0}}, (2, 3))
+    array([[0., 0., 5.],
+           [6., 0., 0.]])
+    >>> from_logical({0: {2: 5.0}}, (2, 3), "csr").nnz
+    1
     """
     shape = tuple(int(n) for n in shape)
     if not shape:
@@ -326,5 +354,10 @@ def from_logical(value: Any, shape: Any, out_format: Format | str = "dense"):
 
 
 def as_logical(value: Any) -> Mapping:
-    """The logical nested dict of any value as_format accepts."""
+    """The logical nested dict of any value as_format accepts.
+
+    >>> import numpy as np
+    >>> as_logical(np.array([[1.0, 0.0], [0.0, 2.0]]))
+    {0: {0: 1.0, 1: 0.0}, 1: {0: 0.0, 1: 2.0}}
+    """
     return as_format(value).to_logical()

@@ -51,7 +51,12 @@ class KeyPlan:
 
 
 def key_plan(fmt: Format) -> tuple[KeyPlan, ...]:
-    """When each logical mode's key is emitted, and whether it is annotated unique."""
+    """When each logical mode's key is emitted, and whether it is annotated unique.
+
+    >>> from sparsad.formats import CSR
+    >>> [(p.mode, p.after_level, p.unique) for p in key_plan(CSR)]
+    [(0, 0, True), (1, 1, True)]
+    """
     plan, bound, next_mode, tuple_unique = [], set(), 0, True
     for depth, level in enumerate(fmt.levels):
         bound.add(fmt.mode_order[depth])
@@ -65,7 +70,15 @@ def key_plan(fmt: Format) -> tuple[KeyPlan, ...]:
 
 
 def physical_definition(fmt: Format, name: str) -> Expr:
-    """The Physical SDQLite expression of `fmt` over the variables `{name}_{field}`."""
+    """The Physical SDQLite expression of `fmt` over the variables `{name}_{field}`.
+
+    >>> from sparsad.formats import CSR
+    >>> from sparsad.lang.printer import to_text
+    >>> print(to_text(physical_definition(CSR, "A")))
+    sum(<_, i> in (0:A_len))
+      { unique(i) -> sum(<p, j> in A_idx(A_pos(i):A_pos(i + 1)))
+        { unique(j) -> A_val(p) } }
+    """
     if not name.isidentifier():
         raise ValueError(f"physical_definition needs an identifier as the tensor name, got {name!r}")
 

@@ -14,6 +14,18 @@ from sparsad.formats.levels import Compressed, Dense, Level, Singleton, kind
 
 @dataclass(frozen=True)
 class Format:
+    """A storage format: one level per stored mode (outermost first), the order in which the
+    logical modes are stored (`mode_order`), and the name of the values array. Field names left
+    unset are filled in (`pos1`, `idx1`, ...).
+
+    >>> from sparsad.formats import Compressed, Dense, Format, as_format
+    >>> my_csr = Format((Dense(), Compressed()), name="my_csr")
+    >>> my_csr.describe()
+    'my_csr [dense, compressed] mode order (0, 1)'
+    >>> as_format([[1.0, 0.0], [0.0, 2.0]], my_csr).to_logical()
+    {0: {0: 1.0}, 1: {1: 2.0}}
+    """
+
     levels: tuple[Level, ...]
     mode_order: tuple[int, ...] | None = None
     values: str = "val"
@@ -101,7 +113,11 @@ DENSE_COL_MAJOR = Format((Dense("cols"), Dense("rows")), (1, 0), values="M",
 
 
 def dense(order: int, column_major: bool = False) -> Format:
-    """n-dimensional dense array (`M`, extents `dim0..`), row-major or column-major."""
+    """n-dimensional dense array (`M`, extents `dim0..`), row-major or column-major.
+
+    >>> dense(2).describe()
+    'dense row-major [dense, dense] mode order (0, 1)'
+    """
     _check_order(order)
     if order == 1:
         return DENSE_VECTOR
@@ -114,7 +130,11 @@ def dense(order: int, column_major: bool = False) -> Format:
 
 
 def coo(order: int) -> Format:
-    """n-dimensional COO: coordinates `idx0..idx{n-1}` of length `len`, values `val`."""
+    """n-dimensional COO: coordinates `idx0..idx{n-1}` of length `len`, values `val`.
+
+    >>> coo(3).name
+    'coo 3-d'
+    """
     _check_order(order)
     if order == 1:
         return COO_VECTOR
@@ -126,7 +146,11 @@ def coo(order: int) -> Format:
 
 
 def csf(order: int) -> Format:
-    """Compressed sparse fiber: every level compressed (`len`, `idx0`, then `pos{d}`, `idx{d}`)."""
+    """Compressed sparse fiber: every level compressed (`len`, `idx0`, then `pos{d}`, `idx{d}`).
+
+    >>> [type(level).__name__ for level in csf(3).levels]
+    ['Compressed', 'Compressed', 'Compressed']
+    """
     _check_order(order)
     if order == 1:
         return COO_VECTOR
@@ -164,7 +188,13 @@ def _only(order: int, wanted: int, name: str, fmt: Format) -> Format:
 
 
 def resolve(fmt: "Format | str", order: int) -> Format:
-    """A Format from a Format or a name such as 'csr', for a tensor of the given order."""
+    """A Format from a Format or a name such as 'csr', for a tensor of the given order.
+
+    >>> resolve("csr", 2).name
+    'csr'
+    >>> resolve("coo", 3).name
+    'coo 3-d'
+    """
     if isinstance(fmt, Format):
         if fmt.order != order:
             raise FormatError(f"format {fmt.name!r} has {fmt.order} levels but the tensor has "

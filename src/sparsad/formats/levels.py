@@ -23,6 +23,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Dense:
+    """A level that holds every key 0..size-1 of its mode (field `size`: the extent).
+
+    >>> from sparsad.formats import Compressed, Dense, Format
+    >>> Format((Dense(), Dense())).levels[1]
+    Dense(size='dim1')
+    """
+
     size: str | None = None
 
     unique = True
@@ -34,6 +41,14 @@ class Dense:
 
 @dataclass(frozen=True)
 class Compressed:
+    """A level that holds only the keys present, as CSR's columns: positions `pos` per parent
+    entry and coordinates `crd` (at the root: `count` entries and their coordinates).
+
+    >>> from sparsad.formats import Compressed, Dense, Format
+    >>> Format((Dense(), Compressed())).levels[1]
+    Compressed(unique=True, ordered=True, pos='pos1', crd='idx1', count='nnz')
+    """
+
     unique: bool = True
     ordered: bool = True
     pos: str | None = None
@@ -46,6 +61,14 @@ class Compressed:
 
 @dataclass(frozen=True)
 class Singleton:
+    """A level with one coordinate `crd` per parent entry, as the column array of COO.
+
+    >>> from sparsad.formats import Compressed, Format, Singleton, as_format
+    >>> my_coo = Format((Compressed(unique=False), Singleton()))
+    >>> as_format([[0.0, 3.0], [4.0, 0.0]], my_coo).to_logical()
+    {0: {1: 3.0}, 1: {0: 4.0}}
+    """
+
     unique: bool = True
     ordered: bool = True
     crd: str | None = None

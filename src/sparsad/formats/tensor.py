@@ -28,10 +28,15 @@ class StoredTensor:
     and raises FormatError naming the field:
 
     >>> import numpy as np
-    >>> from sparsad.formats import CSR
+    >>> from sparsad.formats import CSR, as_format
     >>> StoredTensor(CSR, (2, 2), {"len": 2, "pos": np.array([0, 1, 2]), "idx": np.array([0, 1]),
     ...                            "val": np.array([1.0, 2.0])}).nnz
     2
+    >>> t = as_format(np.array([[1.0, 0.0], [0.0, 2.0]]), "csr")
+    >>> t
+    StoredTensor(csr, shape=(2, 2), stored=2, dtype=float64)
+    >>> t.to_logical()
+    {0: {0: 1.0}, 1: {1: 2.0}}
     """
 
     __slots__ = ("format", "shape", "_fields")

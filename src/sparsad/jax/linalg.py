@@ -31,7 +31,15 @@ def _jax():
 
 
 def contract(terms: Terms, out: int, operands: dict[int, Any]) -> Any:
-    """out[idx[out][t]] += u[idx[u][t]] * v[idx[v][t]] (see sparsad.ops.contract), in jax.numpy."""
+    """out[idx[out][t]] += u[idx[u][t]] * v[idx[v][t]] (see sparsad.ops.contract), in jax.numpy.
+
+    >>> import numpy as np, jax.numpy as jnp
+    >>> from sparsad.ops import CSRPattern, spmm_terms
+    >>> pattern = CSRPattern(np.array([0, 2, 3]), np.array([0, 1, 1]), (2, 2))  # [[1, 2], [0, 3]]
+    >>> operands = {0: jnp.array([1.0, 2.0, 3.0]), 1: jnp.array([1.0, 1.0])}  # A's values, x = [1, 1]
+    >>> contract(spmm_terms(pattern), 2, operands).tolist()  # A @ x
+    [3.0, 3.0]
+    """
     jax = _jax()
     u_role, v_role = terms.roles_into(out)
     u, v = operands[u_role], operands[v_role]
@@ -57,7 +65,17 @@ def _dense_operand(A: SparseMatrix, x: Any, name: str, length: int) -> Any:
 
 
 def spmv(A: Any, x: Any) -> Any:
-    """A @ x for a vector x (differentiable in A's values and x)."""
+    """A @ x for a vector x (differentiable in A's values and x).
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> b = jnp.array([1.0, 2.0])
+    >>> sj.spmv(A, b).tolist()
+    [6.0, 7.0]
+    >>> import jax
+    >>> jax.grad(lambda v: sj.spmv(A.with_values(v), b).sum())(A.values).tolist()  # one per stored entry
+    [1.0, 2.0, 1.0, 2.0]
+    """
     A = as_sparse(A, "A")
     x = _dense_operand(A, x, "x", A.shape[1])
     if x.ndim != 1:
@@ -66,7 +84,13 @@ def spmv(A: Any, x: Any) -> Any:
 
 
 def spmm(A: Any, X: Any) -> Any:
-    """A @ X for X of shape (n,) or (n, C)."""
+    """A @ X for X of shape (n,) or (n, C).
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> sj.spmm(A, jnp.eye(2)).tolist()
+    [[4.0, 1.0], [1.0, 3.0]]
+    """
     A = as_sparse(A, "A")
     X = _dense_operand(A, X, "X", A.shape[1])
     return contract(spmm_terms(A.pattern), 2, {0: A.values, 1: X})
@@ -85,14 +109,26 @@ def _natural(result: SparseMatrix, like: Any) -> Any:
 
 
 def spgemm(A: Any, B: Any) -> Any:
-    """A @ B on the structural product pattern; masked gradients for both operands."""
+    """A @ B on the structural product pattern; masked gradients for both operands.
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> sj.spgemm(A, A).to_dense().tolist()
+    [[17.0, 7.0], [7.0, 10.0]]
+    """
     SA, SB = as_sparse(A, "A"), as_sparse(B, "B")
     pattern, terms = SA.pattern.matmul(SB.pattern)
     return _natural(SparseMatrix(pattern, contract(terms, 2, {0: SA.values, 1: SB.values})), A)
 
 
 def add(A: Any, B: Any, alpha: Any = 1.0, beta: Any = 1.0) -> Any:
-    """alpha A + beta B on the union pattern."""
+    """alpha A + beta B on the union pattern.
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> sj.add(A, A, beta=-0.5).to_dense().tolist()
+    [[2.0, 0.5], [0.5, 1.5]]
+    """
     import jax.numpy as jnp
 
     SA, SB = as_sparse(A, "A"), as_sparse(B, "B")
@@ -103,12 +139,26 @@ def add(A: Any, B: Any, alpha: Any = 1.0, beta: Any = 1.0) -> Any:
 
 
 def transpose(A: Any) -> Any:
+    """A^T (a differentiable permutation of the values; BCOO/BCSR in, the same kind out).
+
+    >>> import numpy as np, scipy.sparse as sp, sparsad.jax as sj
+    >>> U = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[1.0, 2.0], [0.0, 3.0]], np.float32)))
+    >>> sj.transpose(U).to_dense().tolist()
+    [[1.0, 0.0], [2.0, 3.0]]
+    """
     SA = as_sparse(A, "A")
     pattern, perm = SA.pattern.transpose
     return _natural(SparseMatrix(pattern, SA.values[perm]), A)
 
 
 def scale(A: Any, alpha: Any) -> Any:
+    """alpha A on A's pattern, differentiable in alpha and A's values.
+
+    >>> import numpy as np, scipy.sparse as sp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> sj.scale(A, 0.5).values.tolist()
+    [2.0, 0.5, 0.5, 1.5]
+    """
     SA = as_sparse(A, "A")
     return _natural(SparseMatrix(SA.pattern, alpha * SA.values), A)
 
@@ -162,7 +212,13 @@ def _linear_solve(A: SparseMatrix, b: Any, solve_host, unit_diagonal: bool = Fal
 
 def triangular_solve(L: Any, b: Any, lower: bool = True, unit_diagonal: bool = False) -> Any:
     """Solve L x = b for a sparse triangular L (SciPy on the host), differentiable in L's values and b.
-    With `unit_diagonal`, L's stored diagonal is ignored and taken as ones."""
+    With `unit_diagonal`, L's stored diagonal is ignored and taken as ones.
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> L = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[2.0, 0.0], [1.0, 4.0]], np.float32)))
+    >>> sj.triangular_solve(L, jnp.array([1.0, 2.0])).tolist()
+    [0.5, 0.375]
+    """
     import scipy.sparse.linalg as spla
 
     SL = as_sparse(L, "L")
@@ -179,7 +235,14 @@ def triangular_solve(L: Any, b: Any, lower: bool = True, unit_diagonal: bool = F
 
 
 def spsolve(A: Any, b: Any) -> Any:
-    """Solve A x = b by a sparse direct solver (SuperLU on the host), differentiable in A's values and b."""
+    """Solve A x = b by a sparse direct solver (SuperLU on the host), differentiable in A's values and b.
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> b = jnp.array([1.0, 2.0])
+    >>> [round(v, 6) for v in sj.spsolve(A, b).tolist()]  # (1/11, 7/11)
+    [0.090909, 0.636364]
+    """
     import scipy.sparse.linalg as spla
 
     SA = as_sparse(A, "A")
@@ -187,20 +250,37 @@ def spsolve(A: Any, b: Any) -> Any:
     return _linear_solve(SA, b, lambda matrix, rhs, _transposed: spla.spsolve(matrix.tocsc(), rhs))
 
 
-def cg(A: Any, b: Any, *, tol: float = 1e-12, maxiter: int | None = None) -> Any:
+def cg(A: Any, b: Any, x0: Any = None, *, rtol: float = 1e-12, atol: float = 0.0, maxiter: int | None = None,
+       M: Any = None, tol: float | None = None) -> Any:
     """Conjugate gradients for symmetric positive definite A (JAX's CG over our spmv), with implicit
-    gradients: the backward pass is one more CG solve, not a differentiation of the iterations."""
+    gradients: the backward pass is one more CG solve, not a differentiation of the iterations.
+
+    Arguments as SciPy's `cg` (x0, rtol, atol, maxiter, M: a callable or matrix applying the
+    preconditioner); `tol` is the deprecated name of rtol. Returns x (JAX's CG reports no info).
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> b = jnp.array([1.0, 2.0])
+    >>> [round(v, 5) for v in sj.cg(A, b, rtol=1e-6).tolist()]
+    [0.09091, 0.63636]
+    """
     jax = _jax()
     SA = as_sparse(A, "A")
     _square(SA, b, "A")
-    if tol <= 0:
-        raise InputError(f"tol must be positive, got {tol}")
+    if tol is not None:
+        import warnings
+
+        warnings.warn("cg(tol=...) is deprecated; use rtol=... (and atol=...) as in SciPy", DeprecationWarning,
+                      stacklevel=2)
+        rtol = tol
+    if rtol <= 0 and atol <= 0:
+        raise InputError(f"rtol or atol must be positive, got rtol={rtol}, atol={atol}")
     pattern = SA.pattern
 
     def matvec(x):
         return contract(spmm_terms(pattern), 2, {0: SA.values, 1: x})
 
     def solve(mv, rhs):
-        return jax.scipy.sparse.linalg.cg(mv, rhs, tol=tol, atol=0.0, maxiter=maxiter)[0]
+        return jax.scipy.sparse.linalg.cg(mv, rhs, x0=x0, tol=rtol, atol=atol, maxiter=maxiter, M=M)[0]
 
     return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)

@@ -22,7 +22,15 @@ def _jnp():
 
 class SparseMatrix:
     """CSR matrix with differentiable `values` (masked gradients). Build with `from_scipy`,
-    `from_bcoo`/`from_bcsr` (concrete indices), or `with_values` on an existing pattern."""
+    `from_bcoo`/`from_bcsr` (concrete indices), or `with_values` on an existing pattern.
+
+    >>> import numpy as np, scipy.sparse as sp, jax.numpy as jnp, sparsad.jax as sj
+    >>> A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)))
+    >>> A
+    sparsad.jax.SparseMatrix(shape=(2, 2), nnz=4, dtype=float32)
+    >>> A.to_dense().tolist()
+    [[4.0, 1.0], [1.0, 3.0]]
+    """
 
     __slots__ = ("pattern", "values")
 

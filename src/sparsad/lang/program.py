@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -26,8 +26,47 @@ from sparsad.lang.types import (DENSE_AUTO_LIMIT, Bool, Dict, Int, Real, Type, Z
 OUT_FORMATS = ("natural", "dense", "csr", "csc", "coo", "dict", "value")
 
 
+def bind_inputs(names: Sequence[str], args: tuple, inputs: dict[str, Any], what: str = "the program") -> dict[str, Any]:
+    """Positional arguments bound to `names` (a program's `inputs`, sorted) in order, merged with the
+    keyword inputs: the one calling convention of programs, compiled programs and derivatives.
+
+    >>> bind_inputs(["A", "x"], (1.0,), {"x": 2.0})
+    {'A': 1.0, 'x': 2.0}
+    """
+    if not args:
+        return inputs
+    for position, value in enumerate(args):
+        if isinstance(value, str):  # options used to come first: prog("dense", ...) is now an error
+            raise InputError(f"positional argument {position} of {what} is the string {value!r}; inputs are "
+                             f"arrays or numbers, in the order {list(names)}, and options are keyword-only "
+                             f"(for example out_format={value!r})")
+    if len(args) > len(names):
+        raise InputError(f"{what} takes {len(names)} input(s) {list(names)}, in that order, but "
+                         f"{len(args)} were given by position")
+    bound = dict(zip(names, args))
+    twice = [name for name in inputs if name in bound]
+    if twice:
+        raise InputError(f"input {twice[0]!r} was given both by position and by keyword; {what} reads "
+                         f"{list(names)}, in that order")
+    bound.update(inputs)
+    return bound
+
+
 class Program:
-    """A program of the language; `prog(**inputs)` runs it with the reference interpreter."""
+    """A program of the language; `prog(*inputs, **inputs)` runs it with the reference interpreter.
+
+    Inputs go by keyword or by position in `prog.inputs` order (sorted names); options such as
+    `out_format` are keyword-only.
+
+    >>> import numpy as np
+    >>> scale = Program.from_text("sum(<i, a> in V) { i -> s * a }")
+    >>> scale.inputs
+    ['V', 's']
+    >>> scale(np.array([1.0, 2.0]), 3.0)
+    array([3., 6.])
+    >>> scale(V=np.array([1.0, 2.0]), s=3.0, out_format="dict")
+    {0: 3.0, 1: 6.0}
+    """
 
     def __init__(self, expr: Expr, types: Mapping[str, Type | str] | None = None,
                  source: str | None = None):
@@ -100,14 +139,21 @@ class Program:
         if extra:
             raise InputError(f"unexpected input(s) {extra}; the program reads {self.inputs}")
 
-    def run(self, **inputs: Any) -> Any:
-        """The raw interpreter value (numbers and nested dicts)."""
+    def run(self, *args: Any, **inputs: Any) -> Any:
+        """The raw interpreter value (numbers and nested dicts).
+
+        >>> Program.from_text("sum(<i, a> in V) { i -> a * a }").run({0: 2.0, 3: 1.0})
+        {0: 4.0, 3: 1.0}
+        """
+        inputs = bind_inputs(self.inputs, args, inputs)
         self._check_inputs(inputs)
         return evaluate(self.expr, inputs, check_shapes=True)
 
-    def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
-        """Run on inputs; return a float, a numpy array, a scipy.sparse matrix or a nested dict."""
+    def __call__(self, *args: Any, out_format: str = "natural", **inputs: Any) -> Any:
+        """Run on inputs (by position in `inputs` order, or by keyword); return a float, a numpy
+        array, a scipy.sparse matrix or a nested dict (`out_format`: one of OUT_FORMATS)."""
         check_option(out_format, OUT_FORMATS, "out_format")
+        inputs = bind_inputs(self.inputs, args, inputs)
         self._check_inputs(inputs)
         types = {name: value_type(value) for name, value in inputs.items()}
         types.update(self.declared)

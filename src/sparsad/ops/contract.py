@@ -44,7 +44,14 @@ class Plan:
 
 
 class Terms:
-    """Term list of a bilinear sparse product (see the module docstring)."""
+    """Term list of a bilinear sparse product (see the module docstring).
+
+    >>> import numpy as np
+    >>> from sparsad.ops import CSRPattern, spmm_terms
+    >>> terms = spmm_terms(CSRPattern(np.array([0, 2, 3]), np.array([0, 1, 1]), (2, 2)))
+    >>> terms.n_terms  # one term per stored entry
+    3
+    """
 
     def __init__(self, idx: tuple[np.ndarray, np.ndarray, np.ndarray], sizes: tuple[int, int, int],
                  scalar: int = 0, plans: dict[int, Plan] | None = None):
@@ -84,7 +91,15 @@ class Terms:
 
 
 def spmm_terms(pattern: CSRPattern) -> Terms:
-    """Terms of A @ X: role 0 = values of A, role 1 = rows of X (columns of A), role 2 = rows of A X."""
+    """Terms of A @ X: role 0 = values of A, role 1 = rows of X (columns of A), role 2 = rows of A X.
+
+    >>> import numpy as np
+    >>> from sparsad.ops import CSRPattern
+    >>> from sparsad.ops.contract import contract
+    >>> terms = spmm_terms(CSRPattern(np.array([0, 2, 3]), np.array([0, 1, 1]), (2, 2)))
+    >>> contract(terms, 2, {0: np.array([1.0, 2.0, 3.0]), 1: np.array([1.0, 1.0])})  # [[1, 2], [0, 3]] @ [1, 1]
+    array([3., 3.])
+    """
     return pattern.__dict__.get("_spmm_terms") or _make_spmm_terms(pattern)
 
 

@@ -41,7 +41,13 @@ def _as_shape(shape, name: str = "shape") -> tuple[int, int]:
 
 
 class CSRPattern:
-    """Immutable CSR structure (row pointers, sorted unique column indices per row, shape)."""
+    """Immutable CSR structure (row pointers, sorted unique column indices per row, shape).
+
+    >>> import numpy as np
+    >>> pattern = CSRPattern(np.array([0, 2, 3]), np.array([0, 1, 1]), (2, 2))
+    >>> pattern, pattern.nnz
+    (CSRPattern(shape=(2, 2), nnz=3), 3)
+    """
 
     __slots__ = ("indptr", "indices", "shape", "__dict__", "__weakref__")
 

@@ -131,7 +131,14 @@ def check_triangular(pattern: CSRPattern, values: np.ndarray, lower: bool, unit:
 
 def triangular_solve(pattern: CSRPattern, values: np.ndarray, b: np.ndarray, lower: bool = True,
                      unit: bool = False) -> np.ndarray:
-    """x with T x = b, T triangular in CSR (b of shape (n,) or (n, C)); inputs validated by the caller."""
+    """x with T x = b, T triangular in CSR (b of shape (n,) or (n, C)); inputs validated by the caller.
+
+    >>> import numpy as np
+    >>> from sparsad.ops import CSRPattern
+    >>> pattern = CSRPattern(np.array([0, 1, 3]), np.array([0, 0, 1]), (2, 2))
+    >>> triangular_solve(pattern, np.array([2.0, 1.0, 4.0]), np.array([1.0, 2.0]))  # [[2, 0], [1, 4]]
+    array([0.5  , 0.375])
+    """
     rhs = b[:, None] if b.ndim == 1 else b
     out = np.zeros(rhs.shape, dtype=np.result_type(values, rhs))
     kernels.csr_trisolve(pattern.indptr, pattern.indices, values, np.ascontiguousarray(rhs), lower, unit, out)
@@ -139,7 +146,15 @@ def triangular_solve(pattern: CSRPattern, values: np.ndarray, b: np.ndarray, low
 
 
 class LUFactor:
-    """SuperLU factorisation of a square CSR matrix, solving with A or A^T (reused by the backward)."""
+    """SuperLU factorisation of a square CSR matrix, solving with A or A^T (reused by the backward).
+
+    >>> import numpy as np
+    >>> from sparsad.ops import CSRPattern
+    >>> pattern = CSRPattern(np.array([0, 2, 4]), np.array([0, 1, 0, 1]), (2, 2))
+    >>> lu = LUFactor(pattern, np.array([4.0, 1.0, 2.0, 3.0]))  # [[4, 1], [2, 3]]
+    >>> lu.solve(np.array([5.0, 5.0])), lu.solve(np.array([6.0, 4.0]), transpose=True)
+    (array([1., 1.]), array([1., 1.]))
+    """
 
     def __init__(self, pattern: CSRPattern, values: np.ndarray, name: str = "A", **splu_options):
         import scipy.sparse.linalg
@@ -332,7 +347,17 @@ class CholeskyFactor(LUFactor):
 
 class ConvergenceInfo:
     """What an iterative solve did: iterations, final relative residual, and scipy's info code
-    (0 converged, > 0 the iteration count at which it stopped unconverged)."""
+    (0 converged, > 0 the iteration count at which it stopped unconverged).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> _, info = st.cg(A, b, return_info=True)
+    >>> info
+    ConvergenceInfo(converged, iterations=2, relative residual=...)
+    >>> info.info
+    0
+    """
 
     __slots__ = ("iterations", "residual", "converged")
 
@@ -353,11 +378,20 @@ def cg(matvec: Callable, b, *, rtol: float = 1e-10, atol: float = 0.0, maxiter: 
     """Preconditioned conjugate gradients for SPD systems, the columns of b solved together.
 
     Stops when every column's residual norm is at most max(rtol * ||b column||, atol) (SciPy's
-    rule). Returns (x, ConvergenceInfo). Warns ConvergenceWarning at maxiter (default 10 n).
+    rule; `tol` is the deprecated name of rtol). Returns (x, ConvergenceInfo). Warns
+    ConvergenceWarning at maxiter (default 10 n).
     Raises InputError when a search direction has p^T A p <= 0 (A is not positive definite).
     Written against the array protocol, so it runs on NumPy arrays and on torch tensors alike.
+
+    >>> import numpy as np
+    >>> A = np.array([[4.0, 1.0], [1.0, 3.0]])
+    >>> x, info = cg(lambda v: A @ v, np.array([5.0, 4.0]), rtol=1e-12)
+    >>> x.round(12), info.converged
+    (array([1., 1.]), True)
     """
     if tol is not None:
+        warnings.warn(f"{name}(tol=...) is deprecated; use rtol=... (and atol=...) as in SciPy", DeprecationWarning,
+                      stacklevel=2)
         rtol = tol
     n = b.shape[0]
     maxiter = 10 * n if maxiter is None else int(maxiter)

@@ -163,8 +163,32 @@ def _as_list(xs) -> tuple[list[Node], bool]:
     return list(xs), False
 
 
-def vjp(y: Node, xs: Node | Sequence[Node], v: Node, mask_sparse: bool = True) -> Node | list[Node]:
+def _wrt_nodes(y: Node, xs, wrt, what: str):
+    """`xs` (positional) or `wrt=` (the name used across sparsad): Variable nodes, or the names of
+    Variables y depends on."""
+    if (xs is None) == (wrt is None):
+        raise InputError(f"{what}: name the variables to differentiate with respect to once, as {what}(y, xs) "
+                         f"or {what}(y, wrt=xs)")
+    chosen = xs if xs is not None else wrt
+    if isinstance(chosen, str) or (not isinstance(chosen, Node) and any(isinstance(c, str) for c in chosen)):
+        from sparsad.tensor.graph import variables
+
+        found = {v.name: v for v in variables([y])}
+        names = [chosen] if isinstance(chosen, str) else list(chosen)
+        unknown = [n for n in names if isinstance(n, str) and n not in found]
+        if unknown:
+            raise InputError(f"{what}: wrt={unknown} names no Variable that y depends on; it reads {sorted(found)}")
+        nodes = [found[n] if isinstance(n, str) else n for n in names]
+        return nodes[0] if isinstance(chosen, str) else nodes
+    return chosen
+
+
+def vjp(y: Node, xs: Node | Sequence[Node] | None = None, v: Node | None = None, mask_sparse: bool = True, *,
+        wrt: Node | str | Sequence[Node | str] | None = None, cotangent: Node | None = None) -> Node | list[Node]:
     """v^T J: the adjoint of each x in `xs` for a cotangent `v` shaped like y.
+
+    `wrt=` (Variables or their names) may replace `xs`, and `cotangent=` may replace `v`, the
+    names `sparsad.vjp` uses.
 
     The adjoint of a sparse Variable is masked to its pattern (SampleAt) unless mask_sparse=False.
 
@@ -178,6 +202,10 @@ def vjp(y: Node, xs: Node | Sequence[Node], v: Node, mask_sparse: bool = True) -
     >>> T.evaluate(vJ, {A: a, x: np.ones(2), v: np.array([1., 0.])})[0]
     array([1., 2.])
     """
+    xs = _wrt_nodes(y, xs, wrt, "vjp")
+    if (v is None) == (cotangent is None):
+        raise InputError("vjp: pass the cotangent once, as vjp(y, xs, v) or vjp(y, wrt=xs, cotangent=v)")
+    v = v if v is not None else cotangent
     if v.shape != y.shape:
         raise ShapeError(f"vjp: cotangent v has shape {v.shape} but y ({y.label}) has shape {y.shape}")
     xs_list, single = _as_list(xs)
@@ -185,8 +213,13 @@ def vjp(y: Node, xs: Node | Sequence[Node], v: Node, mask_sparse: bool = True) -
     return out[0] if single else out
 
 
-def grad(y: Node, xs: Node | Sequence[Node], mask_sparse: bool = True) -> Node | list[Node]:
+def grad(y: Node, xs: Node | Sequence[Node] | None = None, mask_sparse: bool = True, *,
+         wrt: Node | str | Sequence[Node | str] | None = None) -> Node | list[Node]:
     """Gradient of a scalar y with respect to each x (a graph, one node per x).
+
+    `xs` may be given as `wrt=` (the name `sparsad.grad` uses), as Variables or their names; one
+    Variable gives one node, a sequence a list. (A graph's inputs have no order, so there is no
+    `argnums` here.)
 
     The gradient w.r.t. a sparse Variable is masked to its pattern (a sparse array evaluated by a
     sampled einsum) unless mask_sparse=False, which gives the dense-equivalent gradient.
@@ -197,7 +230,10 @@ def grad(y: Node, xs: Node | Sequence[Node], mask_sparse: bool = True) -> Node |
     >>> g = T.grad(T.einsum("i,i->", x, x), x)
     >>> T.evaluate(g, {x: np.array([1., 2.])})[0]
     array([2., 4.])
+    >>> T.evaluate(T.grad(T.einsum("i,i->", x, x), wrt="x"), {x: np.array([1., 2.])})[0]
+    array([2., 4.])
     """
+    xs = _wrt_nodes(y, xs, wrt, "grad")
     if y.shape != ():
         raise ShapeError(f"grad: y ({y.label}) has shape {y.shape}, not a scalar; use vjp or jacobian")
     xs_list, single = _as_list(xs)

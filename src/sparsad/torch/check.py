@@ -77,6 +77,14 @@ def gradcheck(fn: Callable[..., Any], inputs: Sequence[Any], *, eps: float = 1e-
     SparseMatrix inputs whose values require grad are perturbed entry by entry on their pattern;
     dense tensors that require grad likewise. Inputs must be float64. Returns True, or raises
     GradcheckError naming the input whose gradient is wrong (False if raise_exception=False).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> A.values.requires_grad_(True)
+    tensor([4., 1., 1., 3.], dtype=torch.float64, requires_grad=True)
+    >>> st.gradcheck(lambda M, v: st.spmv(M, v), [A, b.requires_grad_(True)])
+    True
     """
     return _run(torch.autograd.gradcheck, fn, inputs, raise_exception, eps=eps, atol=atol, rtol=rtol,
                 fast_mode=fast_mode)
@@ -84,6 +92,15 @@ def gradcheck(fn: Callable[..., Any], inputs: Sequence[Any], *, eps: float = 1e-
 
 def gradgradcheck(fn: Callable[..., Any], inputs: Sequence[Any], *, eps: float = 1e-6, atol: float = 1e-5,
                   rtol: float = 1e-3, raise_exception: bool = True, fast_mode: bool = False) -> bool:
-    """Second-order version of `gradcheck` (gradients of the gradients, on the patterns)."""
+    """Second-order version of `gradcheck` (gradients of the gradients, on the patterns).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> A.values.requires_grad_(True)
+    tensor([4., 1., 1., 3.], dtype=torch.float64, requires_grad=True)
+    >>> st.gradgradcheck(lambda M: (st.spmv(M, b) ** 2).sum(), [A])
+    True
+    """
     return _run(torch.autograd.gradgradcheck, fn, inputs, raise_exception, eps=eps, atol=atol, rtol=rtol,
                 fast_mode=fast_mode)

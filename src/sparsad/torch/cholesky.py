@@ -38,6 +38,14 @@ class Cholesky(SparseLU):
 
     `solve(b)` and `logdet()` are differentiable in A's values and b (first and second order);
     `sample(count)` draws from N(0, A^-1) (A as a precision matrix) or N(0, A) (covariance=True).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.Cholesky(A).solve(b)
+    tensor([0.0909, 0.6364], dtype=torch.float64)
+    >>> st.Cholesky(A).sample(5).shape  # one sample per column
+    torch.Size([2, 5])
     """
 
     def __init__(self, A: SparseMatrix, symmetry_rtol: float = 1e-6):
@@ -80,5 +88,12 @@ def cholesky(A: SparseMatrix, *, symmetry_rtol: float = 1e-6) -> Cholesky:
 
     Raises InputError when A is not symmetric (max |A - A^T| > symmetry_rtol max |A|), or not
     positive definite (a nonpositive pivot), naming the entry or pivot.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> factor = st.cholesky(A)
+    >>> factor.solve(b), factor.logdet()
+    (tensor([0.0909, 0.6364], dtype=torch.float64), tensor(2.3979, dtype=torch.float64))
     """
     return Cholesky(A, symmetry_rtol=symmetry_rtol)

@@ -72,7 +72,16 @@ class _FixedPoint(torch.autograd.Function):
 
 def fixed_point(f: Callable[..., torch.Tensor], x0: torch.Tensor, *params: torch.Tensor, tol: float = 1e-12,
                 maxiter: int = 1000) -> torch.Tensor:
-    """The x with x = f(x, *params), from x0; differentiable in params (implicitly, first order)."""
+    """The x with x = f(x, *params), from x0; differentiable in params (implicitly, first order).
+
+    >>> import torch, sparsad.torch as st
+    >>> c = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> x = st.fixed_point(lambda z, c: 0.5 * z + c, torch.zeros(2, dtype=torch.float64), c)
+    >>> [round(v, 9) for v in x.detach().tolist()]  # x = 2 c
+    [2.0, 4.0]
+    >>> x.sum().backward(); [round(v, 9) for v in c.grad.tolist()]
+    [2.0, 2.0]
+    """
     if not callable(f):
         raise InputError(f"f must be callable, got {type(f).__name__}")
     if not isinstance(x0, torch.Tensor):

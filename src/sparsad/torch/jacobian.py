@@ -128,6 +128,12 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     `pattern` gives the structural nonzeros (recommended; required for large n); without it the
     pattern is detected from dense Jacobians at x and two random points (guarded by size). Entries
     outside the given pattern are assumed zero: a pattern that misses a nonzero gives a wrong result.
+
+    >>> import torch, sparsad.torch as st
+    >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.jacobian(lambda z: z * z, x).to_dense()
+    tensor([[2., 0.],
+            [0., 4.]], dtype=torch.float64)
     """
     x = _check_x(x)
     y = f(x)
@@ -143,7 +149,14 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
 
 def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None) -> SparseMatrix:
     """The Hessian of scalar f at x as a SparseMatrix, by colouring and compressed Hessian-vector
-    products (forward over reverse). `pattern` as in `jacobian` (square, n x n)."""
+    products (forward over reverse). `pattern` as in `jacobian` (square, n x n).
+
+    >>> import torch, sparsad.torch as st
+    >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.hessian(lambda z: (z ** 3).sum(), x).to_dense()
+    tensor([[ 6.,  0.],
+            [ 0., 12.]], dtype=torch.float64)
+    """
     x = _check_x(x)
     gradient = torch.func.grad(f)
     shape = (x.shape[0], x.shape[0])

@@ -435,6 +435,13 @@ def cg(A: SparseMatrix | LinearOperator, b: torch.Tensor, x0: torch.Tensor | Non
     Arguments as SciPy's `cg` (x0, rtol, atol, maxiter, M) except the default rtol (1e-10, since
     the gradient is only as accurate as the solves). `tol` is the deprecated name of rtol.
     `return_info=True` returns (x, ConvergenceInfo). Runs on any device; b may hold k columns.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> x, info = st.cg(A, b, return_info=True)
+    >>> x, info.converged, info.info
+    (tensor([0.0909, 0.6364], dtype=torch.float64), True, 0)
     """
     if tol is not _TOL_DEPRECATED:
         warnings.warn("cg(tol=...) is deprecated; use rtol=... (and atol=...) as in SciPy", DeprecationWarning,
@@ -445,19 +452,40 @@ def cg(A: SparseMatrix | LinearOperator, b: torch.Tensor, x0: torch.Tensor | Non
 
 def minres(A: SparseMatrix | LinearOperator, b: torch.Tensor, x0: torch.Tensor | None = None, *,
            rtol: float = 1e-10, maxiter: int | None = None, M: Any = None, return_info: bool = False):
-    """x = A^{-1} b by MINRES (SciPy); A symmetric, possibly indefinite. Gradients by the adjoint solve."""
+    """x = A^{-1} b by MINRES (SciPy); A symmetric, possibly indefinite. Gradients by the adjoint solve.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.minres(A, b)
+    tensor([0.0909, 0.6364], dtype=torch.float64)
+    """
     return _solve_with("minres", A, b, x0, rtol, 0.0, maxiter, M, return_info)
 
 
 def gmres(A: SparseMatrix | LinearOperator, b: torch.Tensor, x0: torch.Tensor | None = None, *,
           rtol: float = 1e-10, atol: float = 0.0, restart: int | None = None, maxiter: int | None = None,
           M: Any = None, return_info: bool = False):
-    """x = A^{-1} b by restarted GMRES (SciPy); any nonsingular A. The gradient solves with A^T."""
+    """x = A^{-1} b by restarted GMRES (SciPy); any nonsingular A. The gradient solves with A^T.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.gmres(A, b, rtol=1e-12)
+    tensor([0.0909, 0.6364], dtype=torch.float64)
+    """
     return _solve_with("gmres", A, b, x0, rtol, atol, maxiter, M, return_info, restart)
 
 
 def bicgstab(A: SparseMatrix | LinearOperator, b: torch.Tensor, x0: torch.Tensor | None = None, *,
              rtol: float = 1e-10, atol: float = 0.0, maxiter: int | None = None, M: Any = None,
              return_info: bool = False):
-    """x = A^{-1} b by BiCGSTAB (SciPy); any nonsingular A. The gradient solves with A^T."""
+    """x = A^{-1} b by BiCGSTAB (SciPy); any nonsingular A. The gradient solves with A^T.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.bicgstab(A, b, rtol=1e-12)
+    tensor([0.0909, 0.6364], dtype=torch.float64)
+    """
     return _solve_with("bicgstab", A, b, x0, rtol, atol, maxiter, M, return_info)

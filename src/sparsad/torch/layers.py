@@ -46,7 +46,14 @@ class GCNConv(torch.nn.Module):
 
 class TAGConv(torch.nn.Module):
     """Topology adaptive graph convolution (Du et al.): X' = sum_{k=0..K} Â^k X W_k + b, with Â
-    the GCN-normalised adjacency without self loops when normalize=True (as in PyG's TAGConv)."""
+    the GCN-normalised adjacency without self loops when normalize=True (as in PyG's TAGConv).
+
+    >>> import torch, sparsad.torch as st
+    >>> ring = st.SparseMatrix.from_dense(torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [1.0, 1.0, 0.0]]))
+    >>> layer = st.TAGConv(4, 2, K=2)
+    >>> layer(ring, torch.randn(3, 4)).shape
+    torch.Size([3, 2])
+    """
 
     def __init__(self, in_features: int, out_features: int, K: int = 3, bias: bool = True, normalize: bool = True):
         super().__init__()

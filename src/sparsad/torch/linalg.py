@@ -100,7 +100,14 @@ def _matmul_2d(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
 
 
 def spmm(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
-    """Sparse @ dense: X of shape (n,), (n, C) or batched (..., n, C); result has m rows in place of n."""
+    """Sparse @ dense: X of shape (n,), (n, C) or batched (..., n, C); result has m rows in place of n.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.spmm(A, torch.eye(2, dtype=torch.float64))
+    tensor([[4., 1.],
+            [1., 3.]], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     if isinstance(X, torch.Tensor) and X.ndim == 1:
         return spmv(A, X)
@@ -116,7 +123,16 @@ def spmm(A: SparseMatrix, X: torch.Tensor) -> torch.Tensor:
 
 def spmv(A: SparseMatrix, x: torch.Tensor, alpha: Scalar = 1.0, beta: Scalar = 0.0,
          y: torch.Tensor | None = None) -> torch.Tensor:
-    """w = alpha A x + beta y, differentiable in A's values (masked), x, y, alpha and beta."""
+    """w = alpha A x + beta y, differentiable in A's values (masked), x, y, alpha and beta.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.spmv(A, b)
+    tensor([6., 7.], dtype=torch.float64)
+    >>> st.spmv(A, b, alpha=2.0, beta=1.0, y=b)
+    tensor([13., 16.], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     x = check_dense(A, x, "x", A.shape[1], 0, "length")
     if x.ndim != 1:
@@ -139,7 +155,14 @@ def spmv(A: SparseMatrix, x: torch.Tensor, alpha: Scalar = 1.0, beta: Scalar = 0
 
 
 def spgemm(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
-    """Sparse @ sparse with masked gradients for both operands (structural output pattern, cached)."""
+    """Sparse @ sparse with masked gradients for both operands (structural output pattern, cached).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.spgemm(A, A).to_dense()
+    tensor([[17.,  7.],
+            [ 7., 10.]], dtype=torch.float64)
+    """
     A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
     _same_kind(A, B)
     from sparsad.torch import products
@@ -159,6 +182,12 @@ def add(A: SparseMatrix, B: SparseMatrix, alpha: Scalar = 1.0, beta: Scalar = 1.
     """alpha A + beta B on the union pattern; gradients to both patterns and to alpha and beta.
 
     d/d alpha = <V, A> summed over A's pattern (not the plain sum of A's entries).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.add(A, st.identity(2), beta=-4.0).to_dense()
+    tensor([[ 0.,  1.],
+            [ 1., -1.]], dtype=torch.float64)
     """
     A, B = as_sparse_matrix(A, "A"), as_sparse_matrix(B, "B")
     _same_kind(A, B)
@@ -247,20 +276,40 @@ class _Add(torch.autograd.Function):
 
 
 def scale(A: SparseMatrix, alpha: Scalar) -> SparseMatrix:
-    """alpha A (same pattern)."""
+    """alpha A (same pattern).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.scale(A, 0.5).to_dense()
+    tensor([[2.0000, 0.5000],
+            [0.5000, 1.5000]], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     return SparseMatrix._wrap(A.pattern, _check_scalar(alpha, "alpha", A) * A.values)
 
 
 def transpose(A: SparseMatrix) -> SparseMatrix:
-    """A^T as CSR: a differentiable permutation of the values (A.T.T shares A's pattern)."""
+    """A^T as CSR: a differentiable permutation of the values (A.T.T shares A's pattern).
+
+    >>> import torch, sparsad.torch as st
+    >>> U = st.SparseMatrix.from_dense(torch.tensor([[1.0, 2.0], [0.0, 3.0]], dtype=torch.float64))
+    >>> st.transpose(U).to_dense()
+    tensor([[1., 0.],
+            [2., 3.]], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     pattern = _transposed_pattern(A.pattern)
     return SparseMatrix._wrap(pattern, A.values[pattern_index(A.pattern, "perm", A.device)])
 
 
 def diagonal(A: SparseMatrix) -> torch.Tensor:
-    """The main diagonal as a dense vector (zero where not stored); gradient to the diagonal entries."""
+    """The main diagonal as a dense vector (zero where not stored); gradient to the diagonal entries.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.diagonal(A)
+    tensor([4., 3.], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     found = pattern_index(A.pattern, "diag_rows", A.device)
     where = pattern_index(A.pattern, "diag_pos", A.device)
@@ -269,19 +318,38 @@ def diagonal(A: SparseMatrix) -> torch.Tensor:
 
 
 def row_sum(A: SparseMatrix) -> torch.Tensor:
-    """Sum of each row (A 1) as a dense vector."""
+    """Sum of each row (A 1) as a dense vector.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.row_sum(A)
+    tensor([5., 4.], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     rows = pattern_index(A.pattern, "rows", A.device)
     return torch.zeros(A.shape[0], dtype=A.dtype, device=A.device).index_add(0, rows, A.values)
 
 
 def identity(n: int, *, dtype: torch.dtype = torch.float64, device: Any = None) -> SparseMatrix:
-    """The n x n identity as a SparseMatrix."""
+    """The n x n identity as a SparseMatrix.
+
+    >>> import sparsad.torch as st
+    >>> st.identity(3).nnz
+    3
+    """
     return SparseMatrix._wrap(_identity_pattern(n), torch.ones(n, dtype=dtype, device=device))
 
 
 def scale_rows_cols(A: SparseMatrix, left: torch.Tensor | None, right: torch.Tensor | None) -> SparseMatrix:
-    """diag(left) A diag(right), differentiable in A's values and both scalings."""
+    """diag(left) A diag(right), differentiable in A's values and both scalings.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.scale_rows_cols(A, b, None).to_dense()
+    tensor([[4., 1.],
+            [2., 6.]], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     values = A.values
     if left is not None:
@@ -297,6 +365,12 @@ def gcn_norm(A: SparseMatrix, add_self_loops: bool = True) -> SparseMatrix:
     """D^-1/2 (A + I) D^-1/2 with D the row sums of A + I (Kipf & Welling), differentiable in A.
 
     Rows whose degree is zero (possible only without self loops) are left at zero.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.gcn_norm(A).to_dense()
+    tensor([[0.8333, 0.1826],
+            [0.1826, 0.8000]], dtype=torch.float64)
     """
     A = as_sparse_matrix(A, "A")
     if A.shape[0] != A.shape[1]:

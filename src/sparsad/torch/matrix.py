@@ -53,6 +53,15 @@ class SparseMatrix:
 
     Build with `SparseMatrix(values, indices, indptr, shape)` (canonical CSR: column indices sorted
     and unique within each row) or with `from_scipy`, `from_torch`, `from_dense`.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> A
+    SparseMatrix(shape=(2, 2), nnz=4, density=1, dtype=torch.float64, device=cpu, index=int64)
+    >>> A.values.requires_grad_(True); (A @ torch.ones(2, dtype=torch.float64)).sum().backward()
+    tensor([4., 1., 1., 3.], dtype=torch.float64, requires_grad=True)
+    >>> A.values.grad
+    tensor([1., 1., 1., 1.], dtype=torch.float64)
     """
 
     __array_priority__ = 1000  # make numpy defer to our reflected operators

@@ -136,6 +136,12 @@ def triangular_solve(L: SparseMatrix, b: torch.Tensor, lower: bool = True, unit_
 
     With unit_diagonal the stored diagonal is ignored (taken as 1) and gets no gradient.
     The gradient w.r.t. L is masked: -(L^{-T} g) x^T on L's pattern.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.triangular_solve(st.tril(A), b)
+    tensor([0.2500, 0.5833], dtype=torch.float64)
     """
     from sparsad.torch.linalg import transpose as _transpose
 
@@ -364,30 +370,64 @@ class SparseLU:
         return x[:, 0] if vector else x
 
     def slogdet(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(sign, log|det A|); the second is differentiable (gradient A^-T on A's pattern)."""
+        """(sign, log|det A|); the second is differentiable (gradient A^-T on A's pattern).
+
+        >>> import torch, sparsad.torch as st
+        >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+        >>> st.slogdet(st.scale(A, -1.0))
+        (tensor(1., dtype=torch.float64), tensor(2.3979, dtype=torch.float64))
+        """
         sign = _Sign.apply(self.A.pattern, self.handle, self.A.values)  # read from the factor, also under torch.func
         return sign, _LogAbsDet.apply(self.A.pattern, self.handle, self.A.values)
 
     def logdet(self) -> torch.Tensor:
-        """log det A; NaN when det A < 0 (like torch.logdet). See slogdet for the sign."""
+        """log det A; NaN when det A < 0 (like torch.logdet). See slogdet for the sign.
+
+        >>> import torch, sparsad.torch as st
+        >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+        >>> st.logdet(A)  # log 11
+        tensor(2.3979, dtype=torch.float64)
+        """
         sign, logabs = self.slogdet()
         return torch.where(sign > 0, logabs, torch.full_like(logabs, float("nan")))
 
 
 def splu(A: SparseMatrix) -> SparseLU:
-    """Factor A = Pr^T L U Pc^T once (SuperLU) for repeated differentiable solves (numml's splu)."""
+    """Factor A = Pr^T L U Pc^T once (SuperLU) for repeated differentiable solves (numml's splu).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> lu = st.splu(A)
+    >>> st.splu_solve(lu, b), st.splu_solve(lu, b, transpose=True)
+    (tensor([0.0909, 0.6364], dtype=torch.float64), tensor([0.0909, 0.6364], dtype=torch.float64))
+    """
     return SparseLU(A)
 
 
 def splu_solve(lu: SparseLU, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-    """x = A^{-1} b (or A^{-T} b) with a factorisation from `splu` (numml's splu_solve)."""
+    """x = A^{-1} b (or A^{-T} b) with a factorisation from `splu` (numml's splu_solve).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.splu_solve(st.splu(A), b)
+    tensor([0.0909, 0.6364], dtype=torch.float64)
+    """
     if not isinstance(lu, SparseLU):
         raise UnsupportedError(f"lu must come from sparsad.torch.splu, got {type(lu).__name__}")
     return lu.solve(b, transpose)
 
 
 def spsolve(A: SparseMatrix, b: torch.Tensor) -> torch.Tensor:
-    """x = A^{-1} b by SuperLU (with pivoting); the factorisation is reused for A^{-T} in backward."""
+    """x = A^{-1} b by SuperLU (with pivoting); the factorisation is reused for A^{-T} in backward.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> st.spsolve(A, b)
+    tensor([0.0909, 0.6364], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     if A.device.type != "cpu":
         raise UnsupportedError("spsolve runs SuperLU on the CPU; move A and b with .to('cpu') "
@@ -402,7 +442,13 @@ def spsolve(A: SparseMatrix, b: torch.Tensor) -> torch.Tensor:
 
 
 def slogdet(A: SparseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sign, log|det A|) of a general square matrix through its LU factor; differentiable in A."""
+    """(sign, log|det A|) of a general square matrix through its LU factor; differentiable in A.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[-4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.slogdet(A)  # det A = -13
+    (tensor(-1., dtype=torch.float64), tensor(2.5649, dtype=torch.float64))
+    """
     return SparseLU(A).slogdet()
 
 
@@ -410,7 +456,13 @@ def logdet(A: SparseMatrix) -> torch.Tensor:
     """log det A of a general square matrix through its LU factor (NaN if det A < 0, as torch.logdet).
 
     For symmetric positive definite A, `cholesky(A).logdet()` is cheaper and checks definiteness.
+
     The gradient is A^-T on A's pattern (masked), computed by block solves with the same factor.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.logdet(A)  # log 11
+    tensor(2.3979, dtype=torch.float64)
     """
     return SparseLU(A).logdet()
 

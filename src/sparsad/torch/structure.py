@@ -39,7 +39,13 @@ def _diagonal_pattern(n_rows: int, n_cols: int, k: int) -> tuple[CSRPattern, np.
 
 def eye(n: int, m: int | None = None, k: int = 0, *, dtype: torch.dtype = torch.float64,
         device: Any = None) -> SparseMatrix:
-    """Ones on the k-th diagonal of an n x m matrix (k > 0 above the main diagonal), like scipy.sparse.eye."""
+    """Ones on the k-th diagonal of an n x m matrix (k > 0 above the main diagonal), like scipy.sparse.eye.
+
+    >>> import sparsad.torch as st
+    >>> st.eye(2, 3, k=1).to_dense()
+    tensor([[0., 1., 0.],
+            [0., 0., 1.]], dtype=torch.float64)
+    """
     m = n if m is None else m
     for name, value in (("n", n), ("m", m), ("k", k)):
         if not isinstance(value, (int, np.integer)):
@@ -51,7 +57,14 @@ def eye(n: int, m: int | None = None, k: int = 0, *, dtype: torch.dtype = torch.
 
 
 def diag(x: torch.Tensor, k: int = 0) -> SparseMatrix:
-    """The square matrix with vector x on its k-th diagonal (differentiable in x), like torch.diag."""
+    """The square matrix with vector x on its k-th diagonal (differentiable in x), like torch.diag.
+
+    >>> import torch, sparsad.torch as st
+    >>> st.diag(torch.tensor([1.0, 2.0], dtype=torch.float64), k=1).to_dense()
+    tensor([[0., 1., 0.],
+            [0., 0., 2.],
+            [0., 0., 0.]], dtype=torch.float64)
+    """
     if not isinstance(x, torch.Tensor) or x.ndim != 1:
         raise InputError(f"x must be a 1-D torch.Tensor, got {type(x).__name__} "
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else ''}")
@@ -74,19 +87,40 @@ def _select(A: SparseMatrix, keep: np.ndarray) -> SparseMatrix:
 
 
 def tril(A: SparseMatrix, k: int = 0) -> SparseMatrix:
-    """Entries on and below the k-th diagonal (differentiable), like torch.tril."""
+    """Entries on and below the k-th diagonal (differentiable), like torch.tril.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.tril(A).to_dense()
+    tensor([[4., 0.],
+            [1., 3.]], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     return _select(A, A.pattern.indices - A.pattern.rows <= int(k))
 
 
 def triu(A: SparseMatrix, k: int = 0) -> SparseMatrix:
-    """Entries on and above the k-th diagonal (differentiable), like torch.triu."""
+    """Entries on and above the k-th diagonal (differentiable), like torch.triu.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.triu(A, 1).to_dense()
+    tensor([[0., 1.],
+            [0., 0.]], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     return _select(A, A.pattern.indices - A.pattern.rows >= int(k))
 
 
 def add_scalar(A: SparseMatrix, value: Any) -> SparseMatrix:
-    """A + value on the stored entries (the implicit zeros stay zero; masked convention)."""
+    """A + value on the stored entries (the implicit zeros stay zero; masked convention).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.add_scalar(st.tril(A), 1.0).to_dense()  # the implicit zero stays zero
+    tensor([[5., 0.],
+            [2., 4.]], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     if isinstance(value, torch.Tensor) and value.numel() != 1:
         raise ShapeError(f"value must be a scalar, got shape {tuple(value.shape)}")
@@ -94,19 +128,37 @@ def add_scalar(A: SparseMatrix, value: Any) -> SparseMatrix:
 
 
 def power(A: SparseMatrix, p: Any) -> SparseMatrix:
-    """Elementwise A ** p on the stored entries (numml's A ** p)."""
+    """Elementwise A ** p on the stored entries (numml's A ** p).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.power(A, 2).values
+    tensor([16.,  1.,  1.,  9.], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     return SparseMatrix._wrap(A.pattern, A.values ** p)
 
 
 def abs(A: SparseMatrix) -> SparseMatrix:  # noqa: A001 - the numml name
-    """Elementwise |A| on the stored entries."""
+    """Elementwise |A| on the stored entries.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.abs(st.scale(A, -1.0)).values
+    tensor([4., 1., 1., 3.], dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     return SparseMatrix._wrap(A.pattern, A.values.abs())
 
 
 def sum(A: SparseMatrix, dim: int | None = None) -> torch.Tensor:  # noqa: A001 - the numml name
-    """Sum of all entries (dim=None), of each column (dim=0) or of each row (dim=1), as dense tensors."""
+    """Sum of all entries (dim=None), of each column (dim=0) or of each row (dim=1), as dense tensors.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.sum(A), st.sum(A, dim=1)
+    (tensor(9., dtype=torch.float64), tensor([5., 4.], dtype=torch.float64))
+    """
     A = as_sparse_matrix(A, "A")
     if dim is None:
         return A.values.sum()
@@ -120,7 +172,13 @@ def sum(A: SparseMatrix, dim: int | None = None) -> torch.Tensor:  # noqa: A001 
 
 
 def trace(A: SparseMatrix) -> torch.Tensor:
-    """Sum of the main diagonal (gradient to the stored diagonal entries)."""
+    """Sum of the main diagonal (gradient to the stored diagonal entries).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.trace(A)
+    tensor(7., dtype=torch.float64)
+    """
     A = as_sparse_matrix(A, "A")
     positions = A.pattern.diagonal_positions
     stored = torch.as_tensor(positions[positions >= 0], dtype=torch.int64, device=A.device)
@@ -128,7 +186,14 @@ def trace(A: SparseMatrix) -> torch.Tensor:
 
 
 def to_torch_coo(A: SparseMatrix) -> torch.Tensor:
-    """A torch sparse COO tensor (coalesced) sharing the differentiable values."""
+    """A torch sparse COO tensor (coalesced) sharing the differentiable values.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> coo = st.to_torch_coo(st.tril(A))
+    >>> coo.layout, coo.indices().tolist()
+    (torch.sparse_coo, [[0, 1, 1], [0, 0, 1]])
+    """
     A = as_sparse_matrix(A, "A")
     indices = torch.stack([torch.as_tensor(A.pattern.rows, device=A.device),
                            torch.as_tensor(A.pattern.indices.astype(np.int64), device=A.device)])
