@@ -124,6 +124,33 @@ def test_unsupported_programs_fall_back_with_a_warning(monkeypatch):
     assert program.show("code").startswith("# interpreted: this construct is not lowered")
 
 
+def test_a_kernel_numba_cannot_compile_falls_back_with_a_warning_naming_the_program(monkeypatch):
+    """A Numba typing or lowering failure when the kernel first runs is an internal limit: the
+    call runs the optimized program in the interpreter (same value), never the user's error."""
+    import numba
+
+    from sparsad.codegen import numba_backend
+
+    def uncompilable(*args, **kwargs):
+        raise numba.core.errors.TypingError("simulated: no implementation of the operation")
+
+    monkeypatch.setattr(numba_backend, "load_kernel_function", lambda source: uncompilable)
+    A = sp.random(6, 5, density=0.5, format="csr", random_state=4)
+    x = np.random.default_rng(5).standard_normal(5)
+    text = "sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) * 1.25 }"
+    program = compile_program(text)
+    with pytest.warns(sparsad.FallbackWarning, match=r"program `sum\(<i, r> in A\).*Numba could not compile"):
+        value = program(A=A, x=x)
+    np.testing.assert_allclose(value, 1.25 * (A @ x), rtol=1e-12)
+    with warnings.catch_warnings():  # the plan now runs interpreted, without warning again
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        np.testing.assert_allclose(program(A=A, x=2 * x), 2.5 * (A @ x), rtol=1e-12)
+    grad = sparsad.grad("sum(<i, r> in A) sum(<j, a> in r) a * x(j) * x(j) * 0.75", wrt="x")
+    with pytest.warns(sparsad.FallbackWarning, match="grad w.r.t. x of .*Numba could not compile"):
+        got = grad(A=A, x=x)
+    np.testing.assert_allclose(got, 1.5 * x * np.asarray(A.sum(axis=0)).ravel(), rtol=1e-12)
+
+
 def test_bad_indices_never_reach_a_kernel():
     spmv = compile_program("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }")
     A = sp.csr_matrix((np.ones(2), np.array([0, 7]), np.array([0, 1, 2])), shape=(2, 3))

@@ -18,6 +18,7 @@ from sparsad.errors import (FallbackWarning, InputError, OptionError, SparsadErr
                             did_you_mean)
 from sparsad.formats import StoredTensor, as_format
 from sparsad.formats.levels import Singleton
+from sparsad.lang.fold import fold_exponents
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
@@ -168,6 +169,7 @@ class CompiledProgram(Program):
         `dense`: the result is dense (a derivative w.r.t. a dense input) and becomes an ndarray."""
         logical = (self._build(logical_types, dense) if dense else self._build(logical_types)) \
             if self._build else self.expr
+        logical = fold_exponents(logical)  # `pow(s, 1.0 / 3.0)`: passes must not name the exponent
         result_type = infer(logical, logical_types)  # the user's type errors surface here
         shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
         if shape is not None and any(e is None for e in shape):
@@ -204,17 +206,23 @@ class CompiledProgram(Program):
             self._fall_back(plan["reason"], "the optimized program")
         return plan
 
-    def _fall_back(self, reason: str, what: str) -> None:
+    def _fall_back(self, reason: str, what: str, stacklevel: int = 5) -> None:
         warnings.warn(f"sparsad.compile: {self.label} runs {what} in the interpreter, not as a compiled "
-                      f"kernel ({_short(reason, 300)})", FallbackWarning, stacklevel=5)
+                      f"kernel ({_short(reason, 300)})", FallbackWarning, stacklevel=stacklevel)
 
     def __call__(self, out_format: str = "natural", **inputs: Any) -> Any:
         check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
         plan = self.plan(inputs)
         if plan["kernel"] is not None:
-            result = plan["kernel"].run(plan["arrays"])
-            return _convert(result, plan, out_format)
+            try:
+                result = plan["kernel"].run(plan["arrays"])
+            except UnsupportedError as error:  # Numba could not compile the kernel: an internal
+                plan["kernel"] = None  # limit, not the user's error; this plan runs interpreted
+                plan["reason"] = str(error)
+                self._fall_back(plan["reason"], "the optimized program", stacklevel=3)
+            else:
+                return _convert(result, plan, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], plan.pop("inputs"))
         else:
