@@ -524,6 +524,8 @@ class _Lowerer:
         if isinstance(source, Let):
             pre, env2, tenv2 = self.bind(source.name, source.value, env, tenv)
             return pre + self._loop(source.body, k, v, cenv, ctenv, body_fn, env2, tenv2)
+        if isinstance(source, SubArray):  # a window of a dictionary that is not an input array:
+            return self.window_loop(source, k, v, cenv, ctenv, body_fn, env, tenv)  # its keys, filtered
         if isinstance(source, Sum) and _unique_entries(source.body) is not None:
             # vertical fusion: each entry is produced once, so the consumer runs where it is made
             lets, key, value = _unique_entries(source.body)
@@ -538,6 +540,21 @@ class _Lowerer:
             return self.loop(source.source, source.key, source.val, env, tenv, at_entry)
         pre, container = self.materialize("tmp", source, env, tenv)
         return pre + self.items_loop(container, k, v, cenv, ctenv2, body_fn)
+
+    def window_loop(self, source: SubArray, k, v, cenv, ctenv, body_fn, env, tenv) -> list:
+        """`sum(<k, v> in d(lo:hi))` for a dictionary d that is not an input array: the entries
+        of d whose key lies in [lo, hi), as the interpreter reads a sub-array."""
+        pre, start, _ = self.scalar(source.start, env, tenv)
+        more, end, _ = self.scalar(source.end, env, tenv)
+        pre += more
+        start, end = self.bind_local_value(pre, start, "st"), self.bind_local_value(pre, end, "en")
+        key = k if k != "_" else self.fresh("k")
+
+        def inside(cenv2, ctenv2):
+            at = cenv2[key].expr
+            return [IfThen(Op("and", Op("<=", start, at), Op("<", at, end)), tuple(body_fn(cenv2, ctenv2)))]
+
+        return pre + self._loop(source.array, key, v, cenv, ctenv, inside, env, tenv)
 
     def bind_entry(self, key, value, k, v, senv, stenv, cenv, ctenv, body_fn) -> list:
         """Bind k and v of the consumer to key and value read in the source's environment."""
