@@ -151,6 +151,21 @@ def test_a_kernel_numba_cannot_compile_falls_back_with_a_warning_naming_the_prog
     np.testing.assert_allclose(got, 1.5 * x * np.asarray(A.sum(axis=0)).ravel(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("fault", ["InternalError", "ProgramTypeError"])
+def test_an_internal_fault_of_code_generation_falls_back_and_is_not_the_users_error(fault, monkeypatch):
+    import sparsad.codegen
+
+    def broken(*args, **kwargs):
+        raise getattr(sparsad.errors, fault)("simulated fault in code generation")
+
+    monkeypatch.setattr(sparsad.codegen, "compile_physical", broken)
+    A = sp.random(5, 4, density=0.5, format="csr", random_state=6)
+    x = np.arange(4.0)
+    with pytest.warns(sparsad.FallbackWarning, match="simulated fault in code generation"):
+        value = compile_program("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) * 0.5 }")(A=A, x=x)
+    np.testing.assert_allclose(value, 0.5 * (A @ x), rtol=1e-12)
+
+
 def test_bad_indices_never_reach_a_kernel():
     spmv = compile_program("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }")
     A = sp.csr_matrix((np.ones(2), np.array([0, 7]), np.array([0, 1, 2])), shape=(2, 3))

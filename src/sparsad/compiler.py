@@ -14,8 +14,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsad.errors import (FallbackWarning, InputError, OptionError, SparsadError, UnsupportedError, check_option,
-                            did_you_mean)
+from sparsad.errors import (FallbackWarning, InputError, InternalError, OptionError, ProgramTypeError, SparsadError,
+                            UnsupportedError, check_option, did_you_mean)
 from sparsad.formats import StoredTensor, as_format
 from sparsad.formats.levels import Singleton
 from sparsad.lang.fold import fold_exponents
@@ -199,7 +199,10 @@ class CompiledProgram(Program):
 
             plan["kernel"] = compile_physical(physical, physical_types, output=output, shape=shape)
         except Exception as error:  # noqa: BLE001
-            if isinstance(error, SparsadError) and not isinstance(error, UnsupportedError):
+            # the logical program type-checked above: an internal or type error of the physical
+            # program is our fault, not the user's; their input and memory errors go to them
+            if isinstance(error, SparsadError) and not isinstance(error, (UnsupportedError, InternalError,
+                                                                          ProgramTypeError)):
                 raise
             plan["reason"] = str(error) if isinstance(error, UnsupportedError) else \
                 f"code generation failed: {type(error).__name__}: {error}"
