@@ -97,13 +97,14 @@ def worker(names: list[str], kinds: tuple[str, ...]) -> dict:
 
 
 def run(processes: int, names: list[str], kinds: tuple[str, ...], jobs: int = 1,
-        timeout_s: float = 7200.0) -> dict:
+        timeout_s: float = 7200.0, progress: bool = False) -> dict:
     """Start `processes` fresh workers (hash seeds 0, 1, ...), `jobs` at a time; compare."""
     command = [sys.executable, "-m", "bench.corpus_stages", "--worker", "--only", ",".join(names),
                "--kinds", ",".join(kinds)]
     env_base = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT),
                                                                           os.environ.get("PYTHONPATH", "")])))
     runs: list[dict | str] = []
+    begin = time.time()
     pending = list(range(processes))
     active: list[tuple[int, subprocess.Popen, float]] = []
     while pending or active:
@@ -122,8 +123,12 @@ def run(processes: int, names: list[str], kinds: tuple[str, ...], jobs: int = 1,
             continue
         if proc.returncode != 0:
             runs.append(f"process {seed}: exit {proc.returncode}: {err[-1500:]}")
-            continue
-        runs.append(json.loads(out.strip().splitlines()[-1]))
+        else:
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+        if progress:  # so far: a long run shows its state (and what it found) as it goes
+            so_far = compare(runs)
+            print(f"after {len(runs)} processes ({time.time() - begin:.0f} s): {len(so_far['differ'])} cases "
+                  f"differ, {len(so_far['failed'])} failed, {len(so_far['crashed'])} crashed", flush=True)
     return compare(runs)
 
 
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(worker(names, kinds)))
         return 0
     started = time.time()
-    report = run(args.processes, names, kinds, jobs=args.jobs)
+    report = run(args.processes, names, kinds, jobs=args.jobs, progress=True)
     print(f"{report['processes']} processes x {report['cases']} cases in {time.time() - started:.0f} s: "
           f"{len(report['differ'])} differ between processes, {len(report['failed'])} failed, "
           f"{len(report['crashed'])} processes crashed")
