@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparsad-installed
 
-.PHONY: demo test bench fuzz docs check-install test-latest clean-venv
+.PHONY: demo test bench fuzz determinism docs check-install test-latest clean-venv
 
 $(STAMP): requirements/all.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ FUZZ_MINUTES ?= 60
 FUZZ_REPORT ?= fuzz-report.json
 fuzz: $(STAMP)
 	$(PY) tests/fuzz/campaign.py --minutes $(FUZZ_MINUTES) --report $(FUZZ_REPORT)
+
+# the optimizer plans every core corpus case identically in DETERMINISM_PROCESSES fresh processes
+# (different hash seeds; issue 11); DETERMINISM_TIER=full for all programs (hours on 2 cores)
+DETERMINISM_PROCESSES ?= 25
+DETERMINISM_TIER ?= core
+determinism: $(STAMP)
+	$(PY) -m bench.corpus_stages --processes $(DETERMINISM_PROCESSES) --tier $(DETERMINISM_TIER)
 
 clean-venv:
 	rm -rf $(VENV) .venv-latest

@@ -124,6 +124,48 @@ def test_unsupported_programs_fall_back_with_a_warning(monkeypatch):
     assert program.show("code").startswith("# interpreted: this construct is not lowered")
 
 
+def test_a_kernel_numba_cannot_compile_falls_back_with_a_warning_naming_the_program(monkeypatch):
+    """A Numba typing or lowering failure when the kernel first runs is an internal limit: the
+    call runs the optimized program in the interpreter (same value), never the user's error."""
+    import numba
+
+    from sparsad.codegen import numba_backend
+
+    def uncompilable(*args, **kwargs):
+        raise numba.core.errors.TypingError("simulated: no implementation of the operation")
+
+    monkeypatch.setattr(numba_backend, "load_kernel_function", lambda source: uncompilable)
+    A = sp.random(6, 5, density=0.5, format="csr", random_state=4)
+    x = np.random.default_rng(5).standard_normal(5)
+    text = "sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) * 1.25 }"
+    program = compile_program(text)
+    with pytest.warns(sparsad.FallbackWarning, match=r"program `sum\(<i, r> in A\).*Numba could not compile"):
+        value = program(A=A, x=x)
+    np.testing.assert_allclose(value, 1.25 * (A @ x), rtol=1e-12)
+    with warnings.catch_warnings():  # the plan now runs interpreted, without warning again
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        np.testing.assert_allclose(program(A=A, x=2 * x), 2.5 * (A @ x), rtol=1e-12)
+    grad = sparsad.grad("sum(<i, r> in A) sum(<j, a> in r) a * x(j) * x(j) * 0.75", wrt="x")
+    with pytest.warns(sparsad.FallbackWarning, match="grad w.r.t. x of .*Numba could not compile"):
+        got = grad(A=A, x=x)
+    np.testing.assert_allclose(got, 1.5 * x * np.asarray(A.sum(axis=0)).ravel(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("fault", ["InternalError", "ProgramTypeError"])
+def test_an_internal_fault_of_code_generation_falls_back_and_is_not_the_users_error(fault, monkeypatch):
+    import sparsad.codegen
+
+    def broken(*args, **kwargs):
+        raise getattr(sparsad.errors, fault)("simulated fault in code generation")
+
+    monkeypatch.setattr(sparsad.codegen, "compile_physical", broken)
+    A = sp.random(5, 4, density=0.5, format="csr", random_state=6)
+    x = np.arange(4.0)
+    with pytest.warns(sparsad.FallbackWarning, match="simulated fault in code generation"):
+        value = compile_program("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) * 0.5 }")(A=A, x=x)
+    np.testing.assert_allclose(value, 0.5 * (A @ x), rtol=1e-12)
+
+
 def test_bad_indices_never_reach_a_kernel():
     spmv = compile_program("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }")
     A = sp.csr_matrix((np.ones(2), np.array([0, 7]), np.array([0, 1, 2])), shape=(2, 3))
@@ -241,6 +283,54 @@ def test_row_slices_and_range_sums_compile_in_every_derivative_kind():
     assert np.allclose(grad, expected, rtol=1e-12)
     assert tangent == pytest.approx(float(2 * x[1:6] @ dx[1:6]), rel=1e-12)
     assert np.allclose(cotangent, 3.0 * 2 * x * ((np.arange(8) >= 1) & (np.arange(8) < 6)), rtol=1e-12)
+
+
+_WINDOW_TEXTS = ("sum(<i, v> in V(lo:hi)) v * v * i",
+                 "let w = sum(<i, a> in x) { i -> a * a } in sum(<i, v> in w(lo:hi)) v * i")
+_WINDOWS = {"value V": compile_program(_WINDOW_TEXTS[0]), "grad V": sparsad.grad(_WINDOW_TEXTS[0], "V"),
+            "value x": compile_program(_WINDOW_TEXTS[1]), "grad x": sparsad.grad(_WINDOW_TEXTS[1], "x"),
+            "jvp x": sparsad.jvp(_WINDOW_TEXTS[1], "x", tangent="dx"),
+            "vjp x": sparsad.vjp(_WINDOW_TEXTS[1], "x", cotangent="c")}  # compiled once, for every example
+
+
+@settings(max_examples=10, deadline=None)
+@given(lo=st.integers(0, 8), hi=st.integers(0, 8), seed=st.integers(0, 2**16))
+def test_windows_of_sparse_vectors_and_of_intermediates_compile_in_every_kind(lo, hi, seed):
+    """`V(lo:hi)` of a COO vector and `w(lo:hi)` of a let-bound intermediate: the entries whose key
+    lies in [lo, hi) (constant bounds within the axis: past it, an input's window is a ShapeError
+    and an intermediate's is checked in the interpreter first, with a warning)."""
+    import warnings
+
+    from sparsad.formats import as_format
+
+    rng = np.random.default_rng(seed)
+    keys = np.sort(rng.choice(8, size=4, replace=False))
+    values = rng.standard_normal(4)
+    dense_v = np.zeros(8)
+    dense_v[keys] = values
+    V = as_format(sp.coo_matrix((values, (np.zeros(4, int), keys)), shape=(1, 8)).toarray()[0], "coo")
+    x = rng.standard_normal(8)
+    window = lambda k: (k >= lo) & (k < hi)  # noqa: E731
+    k = np.arange(8)
+    lo_in, hi_in = lo, hi
+    sparse_text = "sum(<i, v> in V(lo:hi)) v * v * i"
+    inter_text = "let w = sum(<i, a> in x) { i -> a * a } in sum(<i, v> in w(lo:hi)) v * i"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        got = [_WINDOWS["value V"](V=V, lo=lo, hi=hi), _WINDOWS["grad V"](V=V, lo=lo, hi=hi),
+               _WINDOWS["value x"](x=x, lo=lo, hi=hi), _WINDOWS["grad x"](x=x, lo=lo, hi=hi),
+               _WINDOWS["jvp x"](x=x, dx=np.ones(8), lo=lo, hi=hi), _WINDOWS["vjp x"](x=x, c=0.5, lo=lo, hi=hi)]
+    inside = window(k) & (k >= lo_in) & (k < hi_in)
+    assert got[0] == pytest.approx(float(np.sum(dense_v[inside] ** 2 * k[inside])), rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(sparsad.program(sparse_text)(V=V, lo=lo, hi=hi), got[0], rtol=1e-12, atol=1e-12)
+    grad_v = got[1].toarray().ravel() if hasattr(got[1], "toarray") else np.asarray(got[1])
+    np.testing.assert_allclose(grad_v, 2 * dense_v * k * inside, rtol=1e-12, atol=1e-12)
+    inside = window(k)
+    assert got[2] == pytest.approx(float(np.sum(x[inside] ** 2 * k[inside])), rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(got[3], 2 * x * k * inside, rtol=1e-12, atol=1e-12)
+    tangent = got[4][1] if isinstance(got[4], tuple) else got[4]
+    assert float(tangent) == pytest.approx(float(np.sum(2 * x * k * inside)), rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(got[5], 0.5 * 2 * x * k * inside, rtol=1e-12, atol=1e-12)
 
 
 def test_an_unknown_pass_name_is_the_users_option_error():

@@ -14,11 +14,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsad.errors import (FallbackWarning, InputError, OptionError, SparsadError, UnsupportedError, check_option,
-                            did_you_mean)
+from sparsad.errors import (FallbackWarning, InputError, InternalError, OptionError, ProgramTypeError, SparsadError,
+                            UnsupportedError, check_option, did_you_mean)
 from sparsad.formats import StoredTensor, as_format
 from sparsad.formats.levels import Singleton
 from sparsad.formats.natural import natural_result
+from sparsad.lang.fold import fold_exponents
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
@@ -176,6 +177,7 @@ class CompiledProgram(Program):
         `dense`: the result is dense (a derivative w.r.t. a dense input) and becomes an ndarray."""
         logical = (self._build(logical_types, dense) if dense else self._build(logical_types)) \
             if self._build else self.expr
+        logical = fold_exponents(logical)  # `pow(s, 1.0 / 3.0)`: passes must not name the exponent
         result_type = infer(logical, logical_types)  # the user's type errors surface here
         shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
         if shape is not None and any(e is None for e in shape):
@@ -208,16 +210,19 @@ class CompiledProgram(Program):
 
             plan["kernel"] = compile_physical(physical, physical_types, output=output, shape=shape)
         except Exception as error:  # noqa: BLE001
-            if isinstance(error, SparsadError) and not isinstance(error, UnsupportedError):
+            # the logical program type-checked above: an internal or type error of the physical
+            # program is our fault, not the user's; their input and memory errors go to them
+            if isinstance(error, SparsadError) and not isinstance(error, (UnsupportedError, InternalError,
+                                                                          ProgramTypeError)):
                 raise
             plan["reason"] = str(error) if isinstance(error, UnsupportedError) else \
                 f"code generation failed: {type(error).__name__}: {error}"
             self._fall_back(plan["reason"], "the optimized program")
         return plan
 
-    def _fall_back(self, reason: str, what: str) -> None:
+    def _fall_back(self, reason: str, what: str, stacklevel: int = 5) -> None:
         warnings.warn(f"sparsad.compile: {self.label} runs {what} in the interpreter, not as a compiled "
-                      f"kernel ({_short(reason, 300)})", FallbackWarning, stacklevel=5)
+                      f"kernel ({_short(reason, 300)})", FallbackWarning, stacklevel=stacklevel)
 
     def __call__(self, *args: Any, out_format: str = "natural", **inputs: Any) -> Any:
         """Run the kernel on inputs given by position (in `inputs` order) or by keyword."""
@@ -227,8 +232,14 @@ class CompiledProgram(Program):
         self._check_inputs(inputs)
         plan = self.plan(inputs)
         if plan["kernel"] is not None:
-            result = plan["kernel"].run(plan["arrays"])
-            return natural_result(_convert(result, plan, out_format), inputs, out_format)
+            try:
+                result = plan["kernel"].run(plan["arrays"])
+            except UnsupportedError as error:  # Numba could not compile the kernel: an internal
+                plan["kernel"] = None  # limit, not the user's error; this plan runs interpreted
+                plan["reason"] = str(error)
+                self._fall_back(plan["reason"], "the optimized program", stacklevel=3)
+            else:
+                return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], plan.pop("inputs"))
         else:

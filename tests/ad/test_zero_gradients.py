@@ -69,10 +69,20 @@ def test_zero_jacobian_has_the_output_by_input_shape(interpret):
     assert sp.issparse(J) and J.shape == (4, 3) and not J.toarray().any()
 
 
-def test_a_derivative_program_the_compiler_cannot_type_runs_interpreted_with_a_warning():
-    """{j -> zero tangent} types as {int -> real}, which makes `tensor 2 + real` a type error in
-    compiled Jacobians of softmax-weighted sums: our fault, so the interpreter runs it (with a
-    FallbackWarning), never the user's error. d/dV of sum_j p_ij V_j is p ⊗ I on M's pattern."""
+@pytest.mark.parametrize("compiler_can_type", [True, False])
+def test_a_zero_tangent_in_a_singleton_types_as_zero_and_the_jacobian_compiles(compiler_can_type, monkeypatch):
+    """{j -> zero tangent} is the zero (it once typed as {int -> real}, which made `tensor 2 +
+    real` a type error in compiled Jacobians of softmax-weighted sums). Were the derivative
+    program ill-typed for the compiler, that is our fault: the interpreter runs it with a
+    FallbackWarning, never the user's error. d/dV of sum_j p_ij V_j is p ⊗ I on M's pattern."""
+    import sparsad.compiler
+    from sparsad.errors import ProgramTypeError
+
+    if not compiler_can_type:
+        def untypable(*args, **kwargs):
+            raise ProgramTypeError("simulated: the derivative program does not type-check")
+
+        monkeypatch.setattr(sparsad.compiler, "infer", untypable)
     rng = np.random.default_rng(4)
     M = sp.random(4, 4, density=0.6, format="csr", random_state=rng)
     V, Q, K = rng.standard_normal((4, 2)), rng.standard_normal((4, 2)), rng.standard_normal((4, 2))
@@ -80,8 +90,13 @@ def test_a_derivative_program_the_compiler_cannot_type_runs_interpreted_with_a_w
       let s = sum(<j, _> in r) { j -> sum(<k, q> in Q(i)) q * K(j)(k) } in
       let z = sum(<j, e> in s) exp(e) in
       { i -> sum(<j, e> in s) (exp(e) / z) * V(j) }"""
-    with pytest.warns(FallbackWarning, match="does not type-check"):
-        J = sparsad.jacobian(text, wrt="V")(M=M, V=V, Q=Q, K=K)
+    if compiler_can_type:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            J = sparsad.jacobian(text, wrt="V")(M=M, V=V, Q=Q, K=K)
+    else:
+        with pytest.warns(FallbackWarning, match="does not type-check"):
+            J = sparsad.jacobian(text, wrt="V")(M=M, V=V, Q=Q, K=K)
     scores = np.where(M.toarray() != 0, np.exp(Q @ K.T), 0.0)
     P = scores / np.where(scores.sum(axis=1, keepdims=True) == 0, 1, scores.sum(axis=1, keepdims=True))
     expected = np.einsum("ij,dc->idjc", P, np.eye(2))  # J[i, d, j, c] = P[i, j] [d = c]

@@ -1,7 +1,8 @@
 """The corpus (bench/corpora/nablasd.py) at small size: every program's value, and every
 derivative that runs (grad, jacobian, jvp, vjp for each input differentiated), must match the
 hand-written NumPy/SciPy closed form and JAX dense autodiff in float64, whether sparsad ran it
-compiled or fell back to the interpreter.
+compiled or fell back to the interpreter; a compiled derivative must also match the same derivative
+run by the interpreter (interpret=True), so that no fallback ever becomes a wrong answer.
 
 Derivatives that raise today, or give a wrong answer, are listed in KNOWN_ISSUES (strict
 xfail: a fix makes the test fail until its line is removed). The fallback count may not grow
@@ -24,7 +25,6 @@ pytest.importorskip("jax")
 
 from bench import corpus as C  # noqa: E402
 from bench.corpora.nablasd import ENTRIES  # noqa: E402
-from sparsad.errors import ProgramTypeError  # noqa: E402
 
 FULL = os.environ.get("SPARSAD_CORPUS", "") == "full"
 CORE = ("spmv", "lsq", "spmm_fro_loss", "spgemm", "sddmm", "hadamard_sum", "row_softmax", "softmax_xent",
@@ -37,15 +37,12 @@ TOL = 1e-9
 
 # (program, wrt, kind) -> (exception type raised today, what it says). A wrong answer would be
 # listed with AssertionError. Update this table when the compiler fixes a case.
-KNOWN_ISSUES: dict[tuple[str, str, str], tuple[type, str]] = {
-    ("p_norm", "x", "grad"): (ProgramTypeError, "pow takes a constant exponent (the exponent 1.0 / 3.0)"),
-    ("p_norm", "x", "vjp"): (ProgramTypeError, "pow takes a constant exponent (the exponent 1.0 / 3.0)"),
-}
+KNOWN_ISSUES: dict[tuple[str, str, str], tuple[type, str]] = {}
 
 # Fallbacks to the interpreter measured on this corpus (142 core and 524 in all when it was written,
-# before jvp and vjp compiled), for the CORE programs and for all of them. Lower them as the
-# compiler improves.
-FALLBACKS_TODAY = {"core": 22, "full": 66}
+# before jvp and vjp compiled; 22 and 66 before intermediates nested three levels deep compiled),
+# for the CORE programs and for all of them. None remain: a new one is a regression.
+FALLBACKS_TODAY = {"core": 0, "full": 0}
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,9 +57,29 @@ def outcome(name: str, wrt: str, kind: str) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         row = C.check_case(prepared(name), wrt, kind, cap_s=120)
-    row.pop("_again", None)
-    row.pop("_seed", None)
+        again, seed = row.pop("_again", None), row.pop("_seed", None)
+        row["err_interpreter"] = ""
+        if row["status"] == "compiled" and again is not None:  # a compiled derivative: the interpreter agrees
+            row["err_interpreter"] = C.compare(_tangent(again()), _tangent(interpreted(name, wrt, kind, seed)),
+                                               C.expected_shape(prepared(name), wrt, kind))
     return row
+
+
+def interpreted(name: str, wrt: str, kind: str, seed_value):
+    """The derivative run by sparsad's reference interpreter (interpret=True)."""
+    import sparsad
+
+    text = ENTRIES[name].text
+    make = {"grad": lambda: sparsad.grad(text, wrt=wrt, interpret=True),
+            "jacobian": lambda: sparsad.jacobian(text, wrt=wrt, interpret=True),
+            "jvp": lambda: sparsad.jvp(text, wrt=wrt, tangent=C.TANGENT, interpret=True),
+            "vjp": lambda: sparsad.vjp(text, wrt=wrt, cotangent=C.COTANGENT, interpret=True)}[kind]
+    return make()(**C.call_arguments(prepared(name), wrt, kind, seed_value))
+
+
+def _tangent(result):
+    """A jvp's tangent whether it comes alone or as (primal, tangent)."""
+    return result[1] if isinstance(result, tuple) and len(result) == 2 else result
 
 
 def _case_params():
@@ -91,6 +108,9 @@ def test_derivative_matches_closed_form_and_jax(name, wrt, kind):
     assert row["err_closed"] <= TOL and row["err_jax"] <= TOL, (
         f"{row['status']}: max relative error {row['err_closed']:.3g} vs the closed form, "
         f"{row['err_jax']:.3g} vs JAX")
+    if row["status"] == "compiled":  # never a fallback turned into a wrong answer
+        assert row["err_interpreter"] != "" and row["err_interpreter"] <= TOL, (
+            f"compiled: max relative error {row['err_interpreter']} vs the interpreter")
 
 
 def _reraise(row: dict) -> None:

@@ -101,14 +101,25 @@ def test_input_errors(spmv):
 @pytest.mark.parametrize("text, types, match", [
     ("sum(<i, r> in M) r", {"M": Dict(INT, Dict(INT, REAL))}, "1-D arrays"),
     ("{}", {}, "nothing to compile"),
-    ("let d = sum(<_, i> in (0:n)) { i -> { i -> { i -> 1.0 } } } in sum(<k, r> in d) r",
-     {"n": INT}, "intermediate"),
-    ("sum(<_, i> in (0:n)) sum(<j, v> in ((0:n) * (0:n))(i)) v", {"n": INT},
-     "lookup that yields a dictionary"),
+    ("let d = sum(<_, i> in (0:n)) { i -> i < 2 } in sum(<k, r> in d) if r then 1.0",
+     {"n": INT}, "intermediate dictionary that is not numeric"),
 ])
 def test_unsupported_programs_name_the_construct(text, types, match):
     with pytest.raises(UnsupportedError, match=match):
         compile_physical(parse(text), types)
+
+
+@pytest.mark.parametrize("text", [
+    # a depth-3 intermediate, iterated (once unsupported: "deeper than two levels")
+    "let d = sum(<_, i> in (0:n)) { i -> { i -> { i -> 1.0 * i } } } in sum(<k, r> in d) sum(<l, q> in r) q",
+    # a row of a dictionary expression (once unsupported: "a lookup that yields a dictionary")
+    "sum(<_, i> in (0:n)) sum(<j, v> in ((0:n) * (0:n))(i)) v",
+    "sum(<_, i> in (0:n)) { i -> sum(<j, v> in ((0:n) * (0:n))(i)) { j -> v } }",
+])
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_deep_and_looked_up_intermediates_compile_and_agree_with_the_interpreter(text, n):
+    kernel = compile_physical(parse(text), {"n": INT})
+    assert values_equal(kernel(n=n), evaluate(parse(text), {"n": n}))
 
 
 def test_kernels_are_cached_in_memory_and_on_disk(spmv):

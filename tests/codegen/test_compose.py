@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sparsad.codegen import compile_physical
-from sparsad.errors import UnsupportedError
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.parse import parse
 from sparsad.lang.syntax import Let
@@ -105,13 +104,14 @@ def test_repeated_row_keys_build_a_hash_of_rows(make_physical, make_csr, kernel,
     np.testing.assert_allclose(dense, expected, rtol=1e-12, atol=1e-12)
 
 
-def test_deeper_intermediates_are_unsupported(make_physical, make_csr):
+def test_deeper_intermediates_compile(make_physical, make_csr):
     program = parse("let T = sum(<_, i> in (0:n)) { i -> { i -> { i -> 1.0 } } } in "
-                    "sum(<i, m> in T) sum(<j, r> in m) sum(<k, v> in r) v")
+                    "sum(<i, m> in T) sum(<j, r> in m) sum(<k, v> in r) v * i")
     from sparsad.lang.types import INT
 
-    with pytest.raises(UnsupportedError, match="deeper than two levels"):
-        compile_physical(program, {"n": INT})
+    kernel = compile_physical(program, {"n": INT})
+    assert max(c.depth for c in kernel.loops.containers) == 3
+    assert kernel(n=5) == evaluate(program, {"n": 5}) == 10.0
 
 
 # hand-fused physical forms for the formats whose definitions repeat the row key

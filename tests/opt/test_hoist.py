@@ -74,3 +74,17 @@ def test_jacobians_of_a_matrix_product_with_respect_to_matrices_compile(wrt):
         expected = np.einsum("ip,kq->ikpq", dense_a, np.eye(2))
     assert got.shape == expected.shape and np.allclose(got, expected, rtol=1e-12)
 
+
+
+def test_a_copy_under_a_binder_that_rebinds_what_the_dictionary_reads_is_not_replaced():
+    """Called directly (without the pipeline's renaming apart), hoist checks binders itself: the
+    inner `M(y)(...)` reads the inner `y`, another row than the hoisted one."""
+    row = "(sum(<p, q> in M(y)) { p -> q })"
+    program = parse(f"let y = 0 in sum(<j, a> in r) a * {row}(j) + (sum(<y, b> in r) b * {row}(j))")
+    inputs = {"r": {0: 1.0, 1: 2.0}, "M": {0: {0: 1.0, 1: 2.0}, 1: {0: 3.0, 1: 5.0}}}
+    hoisted = hoist_invariant_dictionaries(program)
+    assert to_text(hoisted).count("M(y)") == 2  # the outer copy hoisted, the inner one kept
+    assert values_equal(evaluate(hoisted, inputs), evaluate(program, inputs))
+    for shadowing in (f"let y = 1 in b * {row}(j)", f"let <z, y> = <1, 1> in b * {row}(j)"):
+        program = parse(f"let y = 0 in sum(<j, a> in r) a * {row}(j) + (sum(<k, b> in r) {shadowing})")
+        assert values_equal(evaluate(hoist_invariant_dictionaries(program), inputs), evaluate(program, inputs))

@@ -19,6 +19,7 @@ from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, 
                                  Range, Singleton, SubArray, Sum, Unique, Var, free_vars)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Type, Zero
+from sparsad.lang.fold import fold_exponents
 from sparsad.opt.anf import blocks, to_anf
 
 
@@ -28,7 +29,7 @@ def reverse(expr: Expr, wrt: str, seed: Expr, types: Mapping[str, Type]) -> Expr
     `types` gives the types of expr's free variables (and of the seed's, if it is a variable).
     """
     fresh = Fresh(all_names(expr) | free_vars(seed))
-    prepared = to_anf(rename_bound(expr, fresh), fresh)
+    prepared = to_anf(rename_bound(fold_exponents(expr), fresh), fresh)
     return _Reverse(fresh).block(prepared, seed, wrt, dict(types))
 
 

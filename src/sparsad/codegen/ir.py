@@ -165,7 +165,8 @@ class Fill(Stmt):
 @dataclass(frozen=True)
 class Container:
     """A local dictionary: 'workspace' (dense array sized by key_iv), 'hash' (typed dict; of
-    typed-dict rows when depth is 2) or 'row' (a row of a depth-2 hash, bound by a loop)."""
+    typed-dict rows, nested depth - 1 times, when depth >= 2) or 'row' (a row of a nested hash,
+    bound by a loop or a lookup; itself nested when depth >= 2)."""
     name: str
     kind: str
     key_iv: B.IV | None

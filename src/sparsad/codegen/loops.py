@@ -172,6 +172,7 @@ class _Lowerer:
         self.containers: dict[str, Container] = {}
         self.container_ivs: dict[str, B.IV | None] = {}
         self.row_ivs: dict[str, B.IV | None] = {}
+        self.level_ivs: dict[str, list] = {}  # per level of a nested container, its keys' hull
         self.checks: list[B.Check] = []
         self.out_ivs: list[list[B.IV | None]] = []
 
@@ -273,7 +274,8 @@ class _Lowerer:
     def lookup(self, e: Lookup, d: Expr, k: Expr, env: dict, tenv: dict):
         if isinstance(d, Lookup):
             found = self.nested(d.dict, env, tenv)
-            if found is not None:  # c(i)(j) = c[i].get(j) when row i exists, else zero
+            if found is not None and self.containers[found[1]].depth == 2:
+                # c(i)(j) = c[i].get(j) when row i exists, else zero
                 pre, container = found
                 more, row_key, _ = self.scalar(d.key, env, tenv)
                 pre += more
@@ -284,6 +286,14 @@ class _Lowerer:
                 zero = Num(0) if leaf == "int" else Num(0.0)
                 get = RowGet(container, row_key, key)
                 return pre, Choose(HasKey(container, row_key), get, zero), None
+            # c(i)...(j)(k) of a deeper container: walk its rows, zero where one is missing
+            pre, key, _ = self.scalar(k, env, tenv)
+            key = self.bind_local_value(pre, key, "key")
+            got = self.fresh("got")
+            result_type = self.typeof(e, tenv)
+            walk_rows = self.with_row(d, env, tenv, lambda row: [Assign(got, LocalGet(row, key))])
+            if walk_rows is not None:
+                return pre + [Assign(got, _zero(result_type)), *walk_rows], Ref(got), None
         if not isinstance(d, Var):
             # bind the dictionary first (a range, sub-array or materialized container)
             name = self.fresh("d")
@@ -324,29 +334,53 @@ class _Lowerer:
 
     # -- rows of nested containers -----------------------------------------------------
     def nested(self, d: Expr, env: dict, tenv: dict) -> tuple[list, str] | None:
-        """(statements, name) when d names a depth-2 local container (built if lazy)."""
+        """(statements, name) when d names a local container of rows (depth >= 2; built if lazy)."""
         if not isinstance(d, Var):
             return None
         binding = env.get(d.name)
-        if isinstance(binding, _Local) and self.containers[binding.name].depth == 2:
+        if isinstance(binding, _Local) and self.containers[binding.name].depth >= 2:
             return [], binding.name
-        if isinstance(binding, _Lazy) and _depth(self.typeof(binding.expr, binding.tenv)) == 2:
+        if isinstance(binding, _Lazy) and _depth(self.typeof(binding.expr, binding.tenv)) >= 2:
             return self.materialize(d.name, binding.expr, binding.env, binding.tenv)
         return None
 
+    def row_container(self, parent: str, row: str) -> None:
+        """Register `row`, a row of the nested container `parent` (one level less deep)."""
+        outer = self.containers[parent]
+        levels = self.level_ivs.get(parent) or [self.container_ivs.get(parent), self.row_ivs.get(parent)]
+        self.containers[row] = Container(row, "row", levels[1], outer.leaf, outer.depth - 1)
+        self.container_ivs[row] = levels[1]
+        self.row_ivs[row] = levels[2] if outer.depth > 2 and len(levels) > 2 else None
+        self.level_ivs[row] = list(levels[1:])
+
     def with_row(self, e: Lookup, env: dict, tenv: dict, inner) -> list | None:
-        """`if key in c: row = c[key]; inner(row)` for a lookup e = c(key) of a nested container."""
+        """`if key in c: row = c[key]; inner(row)` for a lookup e = c(key) of a nested container,
+        c a name or itself such a lookup (a row of a row); a dictionary expression that is
+        neither is bound first. None when e.dict is not a container of rows."""
+        if isinstance(e.dict, Lookup):  # c(i)(j): j's row inside i's row, when both exist
+            def in_outer_row(outer_row: str) -> list:
+                if self.containers[outer_row].depth < 2:
+                    raise _unsupported("a lookup into a number", e)
+                return self.enter_row(outer_row, e.key, env, tenv, inner)
+            return self.with_row(e.dict, env, tenv, in_outer_row)
+        pre: list = []
+        if not isinstance(e.dict, Var) and isinstance(self.typeof(e.dict, tenv), Dict) \
+                and _depth(self.typeof(e.dict, tenv)) >= 2:
+            name = self.fresh("d")
+            pre, env, tenv = self.bind(name, e.dict, env, tenv)
+            e = Lookup(Var(name), e.key)
         found = self.nested(e.dict, env, tenv)
         if found is None:
             return None
-        pre, container = found
-        more, key, _ = self.scalar(e.key, env, tenv)
-        pre = pre + more
+        more, container = found
+        return pre + more + self.enter_row(container, e.key, env, tenv, inner)
+
+    def enter_row(self, container: str, key_expr: Expr, env: dict, tenv: dict, inner) -> list:
+        """`if key in container: row = container[key]; inner(row)`."""
+        pre, key, _ = self.scalar(key_expr, env, tenv)
         key = self.bind_local_value(pre, key, "key")
         row = self.fresh("row")
-        parent = self.containers[container]
-        self.containers[row] = Container(row, "row", self.row_ivs[container], parent.leaf)
-        self.container_ivs[row] = self.row_ivs[container]
+        self.row_container(container, row)
         body = [Assign(row, RowOf(container, key)), *inner(row)]
         return pre + [IfThen(HasKey(container, key), tuple(body))]
 
@@ -395,17 +429,17 @@ class _Lowerer:
         return pre, env2, tenv2
 
     def materialize(self, hint: str, value: Expr, env: dict, tenv: dict) -> tuple[list, str]:
-        """Fill a local container with a `{int -> num}` or `{int -> {int -> num}}` value.
+        """Fill a local container with a `{int -> num}`, `{int -> {int -> num}}`, ... value.
 
         Vectors become a dense workspace when their keys have a known range, else a hash
-        map; nested values (e.g. a COO matrix's definition, whose row keys repeat) become a
-        hash map of hash-map rows. Returns (statements, name)."""
+        map; nested values (e.g. a COO matrix's definition, whose row keys repeat, or a
+        Jacobian's tangent of a vector w.r.t. a matrix) become a hash map of hash-map rows,
+        nested as deep as the value. Returns (statements, name)."""
         value_type = self.typeof(value, tenv)
         depth = _depth(value_type)
-        if depth not in (1, 2) or _leaf_of(value_type) not in ("real", "int"):
-            raise _unsupported("an intermediate dictionary deeper than two levels or not numeric "
-                               "(only {int -> num} and {int -> {int -> num}} intermediates are built)",
-                               value)
+        if depth < 1 or _leaf_of(value_type) not in ("real", "int"):
+            raise _unsupported("an intermediate dictionary that is not numeric (only dictionaries "
+                               "of numbers are built)", value)
         name = self.fresh(hint)
         level_ivs: list[list] = [[] for _ in range(depth)]
 
@@ -422,7 +456,8 @@ class _Lowerer:
                 hull = B.join(hull, iv)
             hulls.append(hull)
         self.container_ivs[name] = hulls[0]
-        self.row_ivs[name] = hulls[1] if depth == 2 else None
+        self.row_ivs[name] = hulls[1] if depth >= 2 else None
+        self.level_ivs[name] = hulls
         kind = "workspace" if depth == 1 and hulls[0] is not None else "hash"
         self.containers[name] = Container(name, kind, hulls[0], _leaf_of(value_type), depth)
         if kind == "workspace":
@@ -506,6 +541,8 @@ class _Lowerer:
         if isinstance(source, Let):
             pre, env2, tenv2 = self.bind(source.name, source.value, env, tenv)
             return pre + self._loop(source.body, k, v, cenv, ctenv, body_fn, env2, tenv2)
+        if isinstance(source, SubArray):  # a window of a dictionary that is not an input array:
+            return self.window_loop(source, k, v, cenv, ctenv, body_fn, env, tenv)  # its keys, filtered
         if isinstance(source, Sum) and _unique_entries(source.body) is not None:
             # vertical fusion: each entry is produced once, so the consumer runs where it is made
             lets, key, value = _unique_entries(source.body)
@@ -520,6 +557,21 @@ class _Lowerer:
             return self.loop(source.source, source.key, source.val, env, tenv, at_entry)
         pre, container = self.materialize("tmp", source, env, tenv)
         return pre + self.items_loop(container, k, v, cenv, ctenv2, body_fn)
+
+    def window_loop(self, source: SubArray, k, v, cenv, ctenv, body_fn, env, tenv) -> list:
+        """`sum(<k, v> in d(lo:hi))` for a dictionary d that is not an input array: the entries
+        of d whose key lies in [lo, hi), as the interpreter reads a sub-array."""
+        pre, start, _ = self.scalar(source.start, env, tenv)
+        more, end, _ = self.scalar(source.end, env, tenv)
+        pre += more
+        start, end = self.bind_local_value(pre, start, "st"), self.bind_local_value(pre, end, "en")
+        key = k if k != "_" else self.fresh("k")
+
+        def inside(cenv2, ctenv2):
+            at = cenv2[key].expr
+            return [IfThen(Op("and", Op("<=", start, at), Op("<", at, end)), tuple(body_fn(cenv2, ctenv2)))]
+
+        return pre + self._loop(source.array, key, v, cenv, ctenv, inside, env, tenv)
 
     def bind_entry(self, key, value, k, v, senv, stenv, cenv, ctenv, body_fn) -> list:
         """Bind k and v of the consumer to key and value read in the source's environment."""
@@ -562,9 +614,8 @@ class _Lowerer:
         if k != "_":
             env2[k] = _Scalar(Ref(key), self.container_ivs.get(container))
         outer = self.containers[container]
-        if outer.depth == 2:  # each value is a row: a hash map the body iterates or looks up
-            self.containers[value] = Container(value, "row", self.row_ivs[container], outer.leaf)
-            self.container_ivs[value] = self.row_ivs[container]
+        if outer.depth >= 2:  # each value is a row: a hash map the body iterates or looks up
+            self.row_container(container, value)
             env2[v] = _Local(value)
         elif v != "_":
             env2[v] = _Scalar(Ref(value), None)

@@ -145,8 +145,8 @@ class _Emitter:
                              f"    {c}_val[{c}_keys[{c}_t]] = 0",
                              f"    {c}_mark[{c}_keys[{c}_t]] = False",
                              f"{c}_n = 0")
-                elif container.depth == 2:
-                    row = "ROW_INT" if container.leaf == "int" else "ROW_REAL"
+                elif container.depth >= 2:
+                    row = _row_type(container.leaf, container.depth - 1)
                     self.put(indent, f"{c} = Dict.empty(key_type=types.int64, value_type={row})")
                 else:
                     value = "types.int64" if container.leaf == "int" else "types.float64"
@@ -162,6 +162,21 @@ class _Emitter:
                 guarded = [iv is None for iv in ivs]
                 self.put(indent, *O.output_accumulate(self.plan, names, self.expr(v), guarded,
                                                       self.program.leaf))
+            case Accumulate(target=c, keys=keys, value=v) if len(keys) > 2:
+                # a deeper container: find or make the row at each key but the last
+                leaf = self.containers[c].leaf
+                zero = "0" if leaf == "int" else "0.0"
+                parent = c
+                for level, row_key in enumerate(keys[:-1]):
+                    depth = len(keys) - 2 - level  # of the values of the row made here
+                    inner = _row_type(leaf, depth) if depth else ("types.int64" if leaf == "int" else "types.float64")
+                    self.put(indent, f"_row_key = np.int64({self.expr(row_key)})",
+                             f"if _row_key not in {parent}:",
+                             f"    {parent}[_row_key] = Dict.empty(key_type=types.int64, value_type={inner})",
+                             f"_{c}_r{level} = {parent}[_row_key]")
+                    parent = f"_{c}_r{level}"  # one name per container and level: one Numba type
+                self.put(indent, f"_key = np.int64({self.expr(keys[-1])})",
+                         f"{parent}[_key] = {parent}.get(_key, {zero}) + {self.expr(v)}")
             case Accumulate(target=c, keys=(row_key, key), value=v):
                 leaf = self.containers[c].leaf
                 value_type = "types.int64" if leaf == "int" else "types.float64"
@@ -186,6 +201,12 @@ class _Emitter:
                              f"{c}[_key] = {c}.get(_key, {zero}) + {self.expr(v)}")
             case _:
                 raise TypeError(f"not an IR statement: {s!r}")
+
+
+def _row_type(leaf: str, depth: int) -> str:
+    """The name of the Numba type of a row `depth` levels deep: ROW_REAL, ROW_REAL_2, ..."""
+    base = "ROW_INT" if leaf == "int" else "ROW_REAL"
+    return base if depth == 1 else f"{base}_{depth}"
 
 
 def plain_workspaces(program: LoopProgram) -> frozenset[str]:
@@ -249,7 +270,9 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
         *O.output_globals(plan, program.depth),
         *(["ROW_REAL = types.DictType(types.int64, types.float64)",
            "ROW_INT = types.DictType(types.int64, types.int64)"]
-          if any(c.depth == 2 for c in program.containers) else []),
+          if any(c.depth >= 2 for c in program.containers) else []),
+        *[f"{_row_type(leaf, d)} = types.DictType(types.int64, {_row_type(leaf, d - 1)})"
+          for d in range(2, max((c.depth for c in program.containers), default=0)) for leaf in ("real", "int")],
         "",
         "",
         '@njit(cache=True, error_model="numpy", nogil=True)',
@@ -469,7 +492,7 @@ class Kernel:
         except Exception as error:
             import numba
 
-            if isinstance(error, numba.core.errors.TypingError):
+            if isinstance(error, numba.core.errors.NumbaError):  # typing, lowering: it cannot compile
                 raise UnsupportedError(f"Numba could not compile the kernel: {error}") from None
             raise
         return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared, indptr=indptr)
@@ -617,7 +640,8 @@ def _cache_key(expr: Expr, input_types: Mapping[str, Type], output: str, shape) 
 
 # names the generated module itself uses, and prefixes of the names it makes
 _RESERVED = frozenset({"np", "rt", "types", "Dict", "njit", "kernel", "OUT_KEY", "ROW_REAL",
-                       "ROW_INT"}) | frozenset(dir(builtins))
+                       "ROW_INT"}) | frozenset(dir(builtins)) \
+    | frozenset(f"ROW_{leaf}_{d}" for leaf in ("REAL", "INT") for d in range(2, 40))
 _RESERVED_PREFIXES = ("out", "w_", "row", "_")
 
 

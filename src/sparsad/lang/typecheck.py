@@ -192,8 +192,8 @@ def _infer(expr: Expr, env: dict) -> Type:
             if isinstance(key, Bool) or not isinstance(key, (Int, Zero)):
                 raise _error(k, f"dictionary keys must be int, got {type_to_text(key)}")
             value = _infer(v, env)
-            if isinstance(value, Zero):
-                value = REAL
+            if isinstance(value, Zero):  # {k -> {}} holds only a zero: it is the zero (of any type)
+                return ZERO
             return Dict(Int(extent=key.extent, origin=key.origin) if isinstance(key, Int) else INT, value)
         case Lookup(dict=d, key=k):
             container = _infer(d, env)

@@ -53,10 +53,25 @@ def _candidates(body: Expr, inner: frozenset[str], found: list) -> None:
     map_children(body, lambda child: _candidates(child, inner, found) or child)
 
 
-def _replace(expr: Expr, target: Expr, name: str) -> Expr:
+def _replace(expr: Expr, target: Expr, name: str, reads: frozenset[str]) -> Expr:
+    """expr with `target` read as Var(name), except under a binder that rebinds a name the target
+    reads (`reads`, its free names): there the same text means another dictionary."""
     if expr == target:
         return Var(name)
-    return map_children(expr, lambda child: _replace(child, target, name))
+    again = lambda child: _replace(child, target, name, reads)  # noqa: E731
+    match expr:
+        case Sum(key=k, val=v, source=s, body=b):
+            body = b if reads & {k, v} else again(b)
+            return Sum(k, v, again(s), body, span=expr.span)
+        case Let(name=n, value=v, body=b):
+            return Let(n, again(v), b if n in reads else again(b), span=expr.span)
+        case LetTuple(names=ns, values=vs, body=b):
+            values, shadowed = [], False
+            for n, v in zip(ns, vs):  # each value sees the names bound before it
+                values.append(v if shadowed else again(v))
+                shadowed = shadowed or n in reads
+            return LetTuple(ns, tuple(values), b if shadowed else again(b), span=expr.span)
+    return map_children(expr, again)
 
 
 def hoist_invariant_dictionaries(expr: Expr, types: Mapping[str, Type] | None = None) -> Expr:
@@ -76,7 +91,7 @@ def hoist_invariant_dictionaries(expr: Expr, types: Mapping[str, Type] | None = 
                 continue
             name = fresh("d")
             lets.append((dictionary, name))
-            body = _replace(body, dictionary, name)
+            body = _replace(body, dictionary, name, free_vars(dictionary))
         result: Expr = Sum(e.key, e.val, e.source, body)
         for dictionary, name in reversed(lets):
             result = Let(name, dictionary, result)

@@ -145,7 +145,7 @@ def interchange(expr: Expr, types: Mapping[str, Type] | None = None) -> Expr:
 def _derived(expr: Expr, types: Mapping[str, Type]) -> dict[str, tuple[str, str]]:
     """derived name `expr` reads -> the (pos, idx) arrays it is derived from."""
     out = {}
-    for name in free_vars(expr):
+    for name in sorted(free_vars(expr)):  # sorted: the kernel's parameters in one order
         if name.endswith(SUFFIXES) and name not in types:
             found = _source_of(name, types)
             if found is not None:
