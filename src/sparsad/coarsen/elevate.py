@@ -336,7 +336,7 @@ class Elevator:
 
         ident = len(self.loop_bodies)
         body = revloop.build(self, loop, ctx, ident)
-        n, _ = self._trips(loop, ctx, True)
+        n, broke = self._trips(loop, ctx, True)
         values = []
         for init in inits:
             if init is None:
@@ -349,7 +349,7 @@ class Elevator:
         for init_shape, shape in zip(body.init_shapes, body.carried_shapes):
             if init_shape != shape and init_shape != ():
                 raise revloop.NotReversible(f"an initial value of shape {init_shape} broadcast to {shape}")
-        call = LoopFwd(sp.Integer(ident), *values, *body.invariants, n)
+        call = LoopFwd(sp.Integer(ident), *values, *body.invariants, n, sp.Integer(0) if broke is None else broke)
         exits = []
         for k, shape in enumerate(body.carried_shapes):
             sym = self.fresh(f"{loop.names[k]}_exit", shape)
@@ -365,7 +365,7 @@ class Elevator:
 
     def _trips(self, loop: ssa.Loop, ctx: _Ctx, symbolic: bool):
         """(completed iterations, broke) as symbols (closed forms) or recorded values (unrolling)."""
-        if loop.trip is not None:
+        if loop.trip is not None and loop.break_site is None:  # (a `break` makes the count a run-time value)
             return sp.Integer(loop.trip), None
         if symbolic and not ctx.analysis:
             n = self.param("trips", loop.site, ctx.path, loop.entry)
