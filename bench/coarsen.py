@@ -573,12 +573,84 @@ def corpus_main(quick: bool = False, timeout: float | None = None, names: list[s
     return rows
 
 
+def compare_corpus(before_csv: str, after_csv: str, timeout: float = 60.0) -> list[dict]:
+    """Two corpus runs side by side (e.g. before and after a change): first-call time, time until the
+    compiled tiers were ready, status and speed-ups per function; table, CSV and plot in bench/results/."""
+    import csv
+    import statistics
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.common import RESULTS_DIR
+
+    def load(path):
+        with open(path, newline="") as handle:
+            return {r["function"]: r for r in csv.DictReader(handle)}
+
+    def number(row, key, default=None):
+        try:
+            return float(row.get(key) or "nan") if row.get(key) not in (None, "") else default
+        except ValueError:
+            return default
+
+    before, after = load(before_csv), load(after_csv)
+    rows = []
+    for name in before:
+        if name not in after:
+            continue
+        b, a = before[name], after[name]
+        rows.append({"function": name, "status_before": b["status"], "status_after": a["status"],
+                     "first_call_before_s": number(b, "first_call_s", timeout),
+                     "first_call_after_s": number(a, "first_call_s", timeout),
+                     "second_call_after_s": number(a, "second_call_s"),
+                     "compiled_ready_after_s": number(a, "compiled_ready_s"),
+                     "vs_torch_before": number(b, "speedup_vs_torch"), "vs_torch_after": number(a, "speedup_vs_torch"),
+                     "vs_jax_before": number(b, "speedup_vs_jax"), "vs_jax_after": number(a, "speedup_vs_jax")})
+    print_table(rows, list(rows[0]))
+    path = write_csv("coarsen_corpus_before_after", rows)
+    print(f"CSV: {path}")
+    for when in ("before", "after"):
+        firsts = [r[f"first_call_{when}_s"] for r in rows]
+        done = [r for r in rows if r[f"status_{when}"] == "coarsened"]
+        jax = [r[f"vs_jax_{when}"] for r in done if r[f"vs_jax_{when}"] is not None]
+        torch_ = [r[f"vs_torch_{when}"] for r in done if r[f"vs_torch_{when}"] is not None]
+        print(f"{when}: coarsened {len(done)}/{len(rows)}; first call median {statistics.median(firsts):.2f} s, "
+              f"max {max(firsts):.2f} s (timeouts as {timeout:.0f} s); coarsened: vs torch autograd median "
+              f"{statistics.median(torch_) if torch_ else float('nan'):.1f}x, min {min(torch_, default=float('nan')):.2f}x; "
+              f"vs jax.jit(jax.grad) median {statistics.median(jax) if jax else float('nan'):.2f}x")
+    shown = sorted(rows, key=lambda r: -r["first_call_before_s"])
+    fig, ax = plt.subplots(figsize=(max(8, 0.22 * len(shown)), 4.5))
+    xs = range(len(shown))
+    ax.bar([x - 0.2 for x in xs], [r["first_call_before_s"] for r in shown], width=0.4, label="before")
+    ax.bar([x + 0.2 for x in xs], [r["first_call_after_s"] for r in shown], width=0.4, label="after")
+    ax.set_yscale("log")
+    ax.set_ylabel("first call of coarsen.grad (s)")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([r["function"] for r in shown], rotation=90, fontsize=6)
+    ax.axhline(2.0, color="grey", linestyle=":", linewidth=0.8)
+    ax.axhline(10.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.legend()
+    ax.set_title("corpus: first call before / after (same machine, same session)")
+    fig.tight_layout()
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    fig.savefig(RESULTS_DIR / "coarsen_corpus_before_after.png", dpi=120)
+    plt.close(fig)
+    print(f"plot: {RESULTS_DIR / 'coarsen_corpus_before_after.png'}")
+    return rows
+
+
 def _float_option(argv: list[str], flag: str) -> float | None:
     values = [argv[k + 1] for k, a in enumerate(argv[:-1]) if a == flag]
     return float(values[-1]) if values else None
 
 if __name__ == "__main__":
     argv = sys.argv
+    if "--compare" in argv:  # --compare BEFORE.csv AFTER.csv
+        at = argv.index("--compare")
+        compare_corpus(argv[at + 1], argv[at + 2], _float_option(argv, "--timeout") or 60.0)
+        raise SystemExit(0)
     main(quick="--quick" in argv, apps=_apps_from_argv(argv), corpus="--no-corpus" not in argv,
          only_corpus="--corpus-only" in argv, timeout=_float_option(argv, "--timeout"),
          cases=[argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--case"] or None)

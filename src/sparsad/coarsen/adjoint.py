@@ -43,15 +43,17 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
     shapes = dict(elev.shapes)
     segments: list[Segment] = list(elev.segments)
     out_syms, seeds = [], []
+    taken = {str(s) for s in elev.inputs}
+    mark = "_" if any(n.startswith(("out", "seed")) for n in taken) else ""  # (a parameter called seed0)
     for j, expr in enumerate(elev.outputs):
         shape = shape_of(expr, shapes)
         if not isinstance(expr, sp.Symbol):
-            sym = real_symbol(f"out{j}")
+            sym = real_symbol(f"out{j}{mark}")
             shapes[sym] = shape
             segments.append(Segment(sym, expr, shape, "value"))
             expr = sym
         out_syms.append(expr)
-        seed = real_symbol(f"seed{j}")
+        seed = real_symbol(f"seed{j}{mark}")
         shapes[seed] = shape
         seeds.append(seed)
 

@@ -135,6 +135,7 @@ class Elevator:
         self.carried_syms: set = set()
         self.deps: dict = {}
         self.inputs = []
+        self.input_names = {node.name for node in graph.inputs}
         for node in graph.inputs:
             sym = real_symbol(node.name)
             self.shapes[sym] = node.shape
@@ -144,6 +145,8 @@ class Elevator:
     # ------------------------------------------------------------------ symbols
     def fresh(self, prefix: str, shape=()) -> sp.Symbol:
         self.counter += 1
+        while f"{prefix}{self.counter}" in self.input_names:  # (a parameter may be called t1 or s2)
+            self.counter += 1
         sym = real_symbol(f"{prefix}{self.counter}")
         self.shapes[sym] = shape
         return sym
@@ -166,10 +169,13 @@ class Elevator:
     def param(self, kind, site, path, entry) -> sp.Symbol:
         marker = (kind, site, path, entry)
         if marker not in self.params:
+            number = len(self.params)
+            while {f"n{number}", f"p{number}"} & self.input_names:  # (a parameter may be called p0 or n0)
+                number += 1000
             if kind == "trips":
-                sym = sp.Symbol(f"n{len(self.params)}", integer=True, nonnegative=True)
+                sym = sp.Symbol(f"n{number}", integer=True, nonnegative=True)
             else:
-                sym = real_symbol(f"p{len(self.params)}")
+                sym = real_symbol(f"p{number}")
             self.shapes[sym] = ()
             self.params[marker] = Param(sym, kind, site, path, entry)
         return self.params[marker].sym

@@ -10,10 +10,12 @@ program from the carried state (and the counter, the loop-invariant values and t
   applying the body's adjoint to the state's cotangent and accumulating the invariants' and the
   read elements' cotangents.
 
-The trip count is an argument (a recorded parameter for ``while`` loops), so one compiled adjoint
-serves every trip count and compile time does not depend on it.  Eligible: a top-level loop whose
-body holds no traced ``if`` and no nested traced loop, reading elements ``x[±i + c]`` of 1-d
-loop-invariant vectors; a ``break`` is not supported here (such loops unroll or fall back).
+The trip count is an argument (a recorded parameter for ``while`` loops and loops with a
+``break``), so one compiled adjoint serves every trip count and compile time does not depend on it.
+A ``break`` adds the partial iteration it ends: ``_loop_bfw_K`` (the state at the break, from the
+same forward statements) and ``_loop_brk_K`` (its adjoint), run when the recorded "broke" flag is
+set.  Eligible: a top-level loop whose body holds no traced ``if`` and no nested traced loop,
+reading elements ``x[±i + c]`` of 1-d loop-invariant vectors.
 """
 from __future__ import annotations
 
