@@ -27,14 +27,25 @@ import sys
 import threading
 import time
 
+CHILD_LIMIT_S = 900  # a child still compiling after this long gives up
 _lock = threading.Lock()
 _children: list["Compilation"] = []
 
 # the child: import the module by path under its name, call the function once (Numba compiles it
 # with cache=True and writes the cache), exit 0; anything else exits non-zero
 _CHILD = r"""
-import importlib.util, pickle, sys
-path, module_name, function, arguments = sys.argv[1:5]
+import importlib.util, os, pickle, signal, sys, threading, time
+path, module_name, function, arguments, limit = sys.argv[1:6]
+signal.alarm(int(limit))  # a compilation that long is abandoned (the torch code stays)
+parent = os.getppid()
+
+def orphaned():  # the parent died (killed, say): nobody will load the result
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(3)
+
+threading.Thread(target=orphaned, daemon=True).start()
 spec = importlib.util.spec_from_file_location(module_name, path)
 module = importlib.util.module_from_spec(spec)
 sys.modules[module_name] = module
@@ -58,7 +69,8 @@ class Compilation:
         with open(self.arguments, "wb") as handle:
             pickle.dump(values, handle)
         env = dict(os.environ, PYTHONWARNINGS="ignore")
-        self.process = subprocess.Popen([sys.executable, "-c", _CHILD, path, module_name, function, self.arguments],
+        self.process = subprocess.Popen([sys.executable, "-c", _CHILD, path, module_name, function, self.arguments,
+                                         str(CHILD_LIMIT_S)],
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, env=env)
 
