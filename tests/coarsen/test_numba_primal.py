@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
@@ -54,6 +55,12 @@ def f(x, a):
     return torch.sum(z * x)
 """
 
+
+
+@pytest.fixture(autouse=True)
+def numba_in_process(monkeypatch):
+    """These tests look at the Numba tiers right after the calls that build them: compile in-process."""
+    monkeypatch.setenv("SPARSAD_COARSEN_BACKGROUND", "0")
 
 def test_bgd_grad_runs_the_numba_primal_and_matches_autograd(monkeypatch):
     fn = coarsen.symbolic(apps.bgd_hyperopt)

@@ -38,6 +38,12 @@ def _warm(grad, args):
         grad(*args)
 
 
+
+@pytest.fixture(autouse=True)
+def numba_in_process(monkeypatch):
+    """These tests look at the Numba tiers right after the calls that build them: compile in-process."""
+    monkeypatch.setenv("SPARSAD_COARSEN_BACKGROUND", "0")
+
 def test_steady_state_builds_no_record_and_replays_each_log_once(monkeypatch):
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)

@@ -43,15 +43,17 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
     shapes = dict(elev.shapes)
     segments: list[Segment] = list(elev.segments)
     out_syms, seeds = [], []
+    taken = {str(s) for s in elev.inputs}
+    mark = "_" if any(n.startswith(("out", "seed")) for n in taken) else ""  # (a parameter called seed0)
     for j, expr in enumerate(elev.outputs):
         shape = shape_of(expr, shapes)
         if not isinstance(expr, sp.Symbol):
-            sym = real_symbol(f"out{j}")
+            sym = real_symbol(f"out{j}{mark}")
             shapes[sym] = shape
             segments.append(Segment(sym, expr, shape, "value"))
             expr = sym
         out_syms.append(expr)
-        seed = real_symbol(f"seed{j}")
+        seed = real_symbol(f"seed{j}{mark}")
         shapes[seed] = shape
         seeds.append(seed)
 
@@ -71,7 +73,8 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
     sizes: dict = {}
 
     def tidy(d):
-        if simplify and time.perf_counter() < deadline and tree_size(d, sizes) <= 30 and d.has(sp.Symbol):
+        if (simplify and time.perf_counter() < deadline and tree_size(d, sizes) <= 30 and d.has(sp.Symbol)
+                and polynomial_degree_bound(d) <= SIMPLIFY_MAX_DEGREE):
             try:
                 candidate = sp.simplify(d)
                 if tree_size(candidate, sizes) < tree_size(d, sizes):
@@ -150,11 +153,43 @@ def _loop_adjoint(call, loops: dict, handled: set, adjoint_of, adjoint_terms: di
     if all(s == 0 for s in seeds):
         return
     rev = LoopRev(call.args[0], *seeds, *call.args[1:])
-    operands = list(call.args[1:-1])  # inits, then invariants (the last argument is the trip count)
+    operands = list(call.args[1:-2])  # inits, then invariants (the last two: the trip count, whether it broke)
     for m, u in enumerate(operands):
         if isinstance(u, sp.Symbol) and u in active:
             shape = tuple(shapes.get(u, ()))
             adjoint_terms.setdefault(u, []).append(Pick(rev, sp.Integer(m), *[sp.Integer(d) for d in shape]))
+
+
+SIMPLIFY_MAX_DEGREE = 8  # sympy.simplify expands powers: beyond this degree it can take minutes and gigabytes
+
+
+def polynomial_degree_bound(expr: sp.Expr) -> int:
+    """An upper bound of the degree ``expr`` reaches when fully expanded (function calls count as
+    atoms, but their arguments are bounded too): what ``sympy.simplify``'s expansions cost."""
+    memo: dict = {}
+
+    def degree(e) -> int:
+        if e in memo:
+            return memo[e]
+        if not e.args:
+            result = 1 if e.free_symbols else 0
+        elif isinstance(e, sp.Pow):
+            base, expo = e.args
+            inner = degree(base)
+            if expo.is_Integer:
+                result = abs(int(expo)) * inner
+            else:
+                result = max(inner, degree(expo), 1)  # a symbolic or fractional power: not expanded
+        elif isinstance(e, sp.Mul):
+            result = sum(degree(a) for a in e.args)
+        elif isinstance(e, sp.Add):
+            result = max(degree(a) for a in e.args)
+        else:
+            result = max([1] + [degree(a) for a in e.args])
+        memo[e] = result
+        return result
+
+    return degree(expr)
 
 
 def segment_gradient(expr: sp.Expr, targets: set) -> dict:

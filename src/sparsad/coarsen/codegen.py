@@ -292,9 +292,9 @@ def torch_namespace(program: AdjointProgram, like) -> dict:
     ns.update(_scalar_math())
     for index, (key, shape) in program.views.items():
         ns[f"_scatter_{index}"] = _make_scatter_torch(key, shape, dtype, device)
-    for ident, body in (program.loops or {}).items():
-        for index, (key, shape) in body.adjoint.views.items():
-            ns[f"_scatter_L{ident}_{index}"] = _make_scatter_torch(key, shape, dtype, device)
+    for body in (program.loops or {}).values():
+        for helper, (key, shape) in body.views().items():
+            ns[helper] = _make_scatter_torch(key, shape, dtype, device)
 
     def _as_tensor(v):
         return v if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=dtype, device=device)

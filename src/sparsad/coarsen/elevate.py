@@ -135,6 +135,7 @@ class Elevator:
         self.carried_syms: set = set()
         self.deps: dict = {}
         self.inputs = []
+        self.input_names = {node.name for node in graph.inputs}
         for node in graph.inputs:
             sym = real_symbol(node.name)
             self.shapes[sym] = node.shape
@@ -144,6 +145,8 @@ class Elevator:
     # ------------------------------------------------------------------ symbols
     def fresh(self, prefix: str, shape=()) -> sp.Symbol:
         self.counter += 1
+        while f"{prefix}{self.counter}" in self.input_names:  # (a parameter may be called t1 or s2)
+            self.counter += 1
         sym = real_symbol(f"{prefix}{self.counter}")
         self.shapes[sym] = shape
         return sym
@@ -166,10 +169,13 @@ class Elevator:
     def param(self, kind, site, path, entry) -> sp.Symbol:
         marker = (kind, site, path, entry)
         if marker not in self.params:
+            number = len(self.params)
+            while {f"n{number}", f"p{number}"} & self.input_names:  # (a parameter may be called p0 or n0)
+                number += 1000
             if kind == "trips":
-                sym = sp.Symbol(f"n{len(self.params)}", integer=True, nonnegative=True)
+                sym = sp.Symbol(f"n{number}", integer=True, nonnegative=True)
             else:
-                sym = real_symbol(f"p{len(self.params)}")
+                sym = real_symbol(f"p{number}")
             self.shapes[sym] = ()
             self.params[marker] = Param(sym, kind, site, path, entry)
         return self.params[marker].sym
@@ -336,7 +342,7 @@ class Elevator:
 
         ident = len(self.loop_bodies)
         body = revloop.build(self, loop, ctx, ident)
-        n, _ = self._trips(loop, ctx, True)
+        n, broke = self._trips(loop, ctx, True)
         values = []
         for init in inits:
             if init is None:
@@ -349,7 +355,7 @@ class Elevator:
         for init_shape, shape in zip(body.init_shapes, body.carried_shapes):
             if init_shape != shape and init_shape != ():
                 raise revloop.NotReversible(f"an initial value of shape {init_shape} broadcast to {shape}")
-        call = LoopFwd(sp.Integer(ident), *values, *body.invariants, n)
+        call = LoopFwd(sp.Integer(ident), *values, *body.invariants, n, sp.Integer(0) if broke is None else broke)
         exits = []
         for k, shape in enumerate(body.carried_shapes):
             sym = self.fresh(f"{loop.names[k]}_exit", shape)
@@ -365,7 +371,7 @@ class Elevator:
 
     def _trips(self, loop: ssa.Loop, ctx: _Ctx, symbolic: bool):
         """(completed iterations, broke) as symbols (closed forms) or recorded values (unrolling)."""
-        if loop.trip is not None:
+        if loop.trip is not None and loop.break_site is None:  # (a `break` makes the count a run-time value)
             return sp.Integer(loop.trip), None
         if symbolic and not ctx.analysis:
             n = self.param("trips", loop.site, ctx.path, loop.entry)

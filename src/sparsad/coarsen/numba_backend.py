@@ -27,12 +27,140 @@ _FUSIBLE = (sp.Symbol, sp.Number, sp.Add, sp.Mul, sp.Pow, sp.NumberSymbol) + tup
                     sp.Abs, sp.sign))
 
 
+def simple_scatter(key, shape) -> tuple | None:
+    """``("at", position)`` or ``("slice", start, step)`` when a view ``base[key]`` of a 1-d ``base``
+    can be scattered back by the generic helpers (one compiled function for every such view), else None."""
+    if len(shape) != 1:
+        return None
+    n = shape[0]
+    if isinstance(key, tuple) and len(key) == 1:
+        key = key[0]
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and -n <= key < n:
+        return ("at", int(key) % n)
+    if isinstance(key, slice):
+        start, _stop, step = key.indices(n)
+        return ("slice", start, step)
+    return None
+
+
+# Generic scatters and accumulations: compiled once per argument types, whatever the view (a helper
+# per view costs a Numba compilation each; assigning a slice compiles NumPy's fancy-indexing path,
+# seconds on first use).  Accumulating helpers update a fresh array in place and return it, so a sum
+# of scatters prints as one nested call.
+_SCATTER_SOURCE = """
+def _sc_at(v, pos, n):
+    out = np.zeros(n)
+    out[pos] = v
+    return out
+
+def _acc_at(acc, v, pos):
+    acc[pos] += v
+    return acc
+
+def _sc_sl(v, start, step, n):
+    out = np.zeros(n)
+    for q in range(v.shape[0]):
+        out[start + q * step] = v[q]
+    return out
+
+def _acc_sl(acc, v, start, step):
+    for q in range(v.shape[0]):
+        acc[start + q * step] += v[q]
+    return acc
+
+def _sc_sls(v, start, step, count, n):
+    out = np.zeros(n)
+    for q in range(count):
+        out[start + q * step] = v
+    return out
+
+def _acc_sls(acc, v, start, step, count):
+    for q in range(count):
+        acc[start + q * step] += v
+    return acc
+
+def _total(a):
+    flat = np.ascontiguousarray(a).ravel()
+    acc = 0.0
+    for i in range(flat.size):
+        acc += flat[i]
+    return acc
+
+def _where(c, a, b):
+    cf = np.ascontiguousarray(c).ravel()
+    af = np.ascontiguousarray(a).ravel()
+    bf = np.ascontiguousarray(b).ravel()
+    out = np.empty(cf.size)
+    for i in range(cf.size):
+        out[i] = af[i] if cf[i] else bf[i]
+    return out.reshape(c.shape)
+
+def _store(hist, t, v):
+    flat = np.ascontiguousarray(v).ravel()
+    for q in range(flat.size):
+        hist[t, q] = flat[q]
+"""
+GENERIC_HELPERS = ("_sc_at", "_acc_at", "_sc_sl", "_acc_sl", "_sc_sls", "_acc_sls", "_total", "_where", "_store")
+ACC_CHAIN = 40  # nested accumulations per chain (Python's parser limits nesting)
+
+
 class NumbaPrinter(Printer):
-    def __init__(self, params: set, shapes: dict):
+    def __init__(self, params: set, shapes: dict, views: dict | None = None, scatter_prefix: str = "_scatter_"):
         super().__init__("numba", params)
         self.shapes = shapes
+        self.views = views or {}                    # scatter index -> (key, base shape)
+        self.scatter_prefix = scatter_prefix
         self.helpers: list[tuple[str, str]] = []   # (name, source) of fused sums
         self.indexed: set = set()                   # while printing an element: the array symbols
+
+    def scatter(self, e) -> str:
+        index = int(e.args[1])
+        key, shape = self.views[index]
+        how = simple_scatter(key, shape)
+        value = self.p(e.args[0])
+        if how is None:
+            return f"{self.scatter_prefix}{index}({value})"
+        if how[0] == "at":
+            return f"_sc_at({value}, {how[1]}, {shape[0]})"
+        if self.scalar(e.args[0]):
+            count = len(range(*key.indices(shape[0]))) if isinstance(key, slice) else len(range(*key[0].indices(shape[0])))
+            return f"_sc_sls({value}, {how[1]}, {how[2]}, {count}, {shape[0]})"
+        return f"_sc_sl({value}, {how[1]}, {how[2]}, {shape[0]})"
+
+    def add(self, e):
+        """A sum with several scatters into one 1-d shape: one array, accumulated in place."""
+        groups: dict = {}
+        rest = []
+        for term in e.args:
+            if isinstance(term, Scatter) and int(term.args[1]) in self.views:
+                key, shape = self.views[int(term.args[1])]
+                how = simple_scatter(key, shape)
+                if how is not None:
+                    groups.setdefault(shape[0], []).append((term, key, how))
+                    continue
+            rest.append(term)
+        if not any(len(g) > 1 for g in groups.values()):
+            return super().add(e)
+        parts = []
+        for n, terms in groups.items():
+            if len(terms) == 1:
+                rest.append(terms[0][0])
+                continue
+            for lo in range(0, len(terms), ACC_CHAIN):
+                text = f"np.zeros({n})"
+                for term, key, how in terms[lo:lo + ACC_CHAIN]:
+                    value = self.p(term.args[0])
+                    if how[0] == "at":
+                        text = f"_acc_at({text}, {value}, {how[1]})"
+                    elif self.scalar(term.args[0]):
+                        k = key if isinstance(key, slice) else key[0]
+                        text = f"_acc_sls({text}, {value}, {how[1]}, {how[2]}, {len(range(*k.indices(n)))})"
+                    else:
+                        text = f"_acc_sl({text}, {value}, {how[1]}, {how[2]})"
+                parts.append(text)
+        if rest:
+            parts.append(self.p(sp.Add(*rest)) if len(rest) > 1 else self.p(rest[0]))
+        return "(" + " + ".join(parts) + ")"
 
     def fused_sum(self, body, length: int) -> str | None:
         """``Σ body`` as one loop over the elements (no temporaries), or None when not eligible.
@@ -82,9 +210,9 @@ class NumbaPrinter(Printer):
             if self.scalar(body):
                 return f"({self.p(body)} * {int(e.args[1])}.0)"
             fused = None if self.indexed else self.fused_sum(body, int(e.args[1]))
-            return fused if fused is not None else f"np.sum({self.p(body)})"
+            return fused if fused is not None else f"_total({self.p(body)})"
         if isinstance(e, Scatter):
-            return f"_scatter_{int(e.args[1])}({self.p(e.args[0])})"
+            return self.scatter(e)
         if isinstance(e, (GeomSum, GeomSumD)):
             name = self.geom_name(e) + ("" if self.scalar(e.args[0]) else "_v")
             return f"{name}({self.p(e.args[0])}, {self.p(e.args[1])})"
@@ -92,7 +220,7 @@ class NumbaPrinter(Printer):
             arg = e.args[0]
             if self.scalar(arg):
                 return f"(1.0 if {self.p(arg)} > 0.0 else 0.0)"
-            return f"np.where({self.p(arg)} > 0.0, 1.0, 0.0)"
+            return f"_where({self.p(arg)} > 0.0, np.ones({shape_of(arg, self.shapes)!r}), np.zeros({shape_of(arg, self.shapes)!r}))"
         if isinstance(e, (sp.Max, sp.Min)):
             name = "np.maximum" if isinstance(e, sp.Max) else "np.minimum"
             if self.scalar(e):
@@ -123,7 +251,7 @@ class NumbaPrinter(Printer):
             if self.scalar(cond):
                 text = f"({arm(value)} if {self.p(cond)} else {text})"
             else:
-                text = f"np.where({self.p(cond)}, {arm(value)}, {text})"
+                text = f"_where({self.p(cond)}, {arm(value)}, {text})"
         return text
 
 
@@ -168,17 +296,20 @@ def _geomd_v(a, n):
 
 def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int]) -> str:
     """Source of the adjoint (returning only the ``wanted`` gradients) plus its helpers."""
-    printer = NumbaPrinter(set(program.params), program.shapes)
-    lines = ["def _sigmoid(u):", "    return 1.0 / (1.0 + np.exp(-u))", "",
+    printer = NumbaPrinter(set(program.params), program.shapes, program.views)
+    lines = _SCATTER_SOURCE.splitlines() + ["def _sigmoid(u):", "    return 1.0 / (1.0 + np.exp(-u))", "",
              "def _softplus(u):", "    return np.maximum(u, 0.0) + np.log1p(np.exp(-np.abs(u)))", "",
              "def _erf(u):", "    return math.erf(u)", ""] + _GEOM_SOURCE.splitlines()
     for index, (key, shape) in program.views.items():
-        lines += [f"def _scatter_{index}(v):", f"    out = np.zeros({tuple(shape)!r})",
-                  f"    out[{_key_text(key)}] = v", "    return out", ""]
+        if simple_scatter(key, shape) is None:
+            lines += [f"def _scatter_{index}(v):", f"    out = np.zeros({tuple(shape)!r})",
+                      f"    out[{_key_text(key)}] = v", "    return out", ""]
     for ident, body in (program.loops or {}).items():
         from sparsad.coarsen import revloop
         text, views = revloop.helper_source(body, revloop.printer_for, "numba")
         for helper, (key, shape) in views.items():
+            if simple_scatter(key, shape) is not None:
+                continue
             lines += [f"def {helper}(v):", f"    out = np.zeros({tuple(shape)!r})", f"    out[{_key_text(key)}] = v",
                       "    return out", ""]
         lines += text.splitlines() + [""]
@@ -197,8 +328,13 @@ def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int])
     return "\n".join(helpers + lines) + "\n"
 
 
+def _is_helper(key: str) -> bool:
+    return (key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf") or key.startswith("_geom")
+            or key in GENERIC_HELPERS or key.startswith("_loop_"))
+
+
 def compile_numba(program: AdjointProgram, name: str, wanted: list[int]) -> tuple[str, Callable]:
-    """(source, jitted function); compilation itself happens on the first call."""
+    """(source, jitted function), compiled in memory; compilation itself happens on the first call."""
     import math
 
     import numba
@@ -208,13 +344,75 @@ def compile_numba(program: AdjointProgram, name: str, wanted: list[int]) -> tupl
     exec(compile(source, f"<sparsad.coarsen.numba:{name}>", "exec"), namespace)
     options = dict(nogil=True, error_model="numpy", fastmath=False)
     for key in list(namespace):
-        if key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf") or key.startswith("_geom") \
-                or key.startswith("_loop_"):
+        if _is_helper(key):
             namespace[key] = numba.njit(**options)(namespace[key])
         elif key.startswith("_vsum_"):  # fused sums: strict elements, a reassociable accumulation
             strict = key.endswith("_at")
             namespace[key] = numba.njit(**dict(options, fastmath=False if strict else {"reassoc"}))(namespace[key])
     return source, numba.njit(**options)(namespace[name])
+
+
+# The generated adjoint as a module file: Numba caches its compilation beside it (``cache=True``), so
+# it can be compiled in another process (``tiers``) and loaded here, and a later process starts
+# without compiling.  Only NumPy, math and Numba are imported by it.
+_MODULE_FOOTER = '''
+
+def _jit_all():
+    options = dict(cache=True, nogil=True, error_model="numpy", fastmath=False)
+    space = globals()
+    for key in list(space):
+        if not callable(space[key]) or key.startswith("_jit_"):
+            continue
+        if key.startswith("_vsum_") and not key.endswith("_at"):
+            space[key] = numba.njit(**dict(options, fastmath={"reassoc"}))(space[key])
+        elif key.startswith("_") or key == NAME:
+            space[key] = numba.njit(**options)(space[key])
+
+
+_jit_all()
+'''
+
+
+def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple[str, str, str]:
+    """(source, path, module name) of the adjoint written as a module in the kernel cache directory.
+
+    Raises ``OSError`` or the compiler's ``UnsupportedError`` when no private cache directory exists.
+    """
+    import hashlib
+    import os
+    import sys
+
+    import numba
+
+    from sparsad.codegen.numba_backend import kernel_cache_dir
+
+    body = generate_numba_source(program, name, wanted)
+    source = "import math\n\nimport numba\nimport numpy as np\n\nNAME = " + repr(name) + "\n\n" + body + _MODULE_FOOTER
+    digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
+    path = kernel_cache_dir() / f"coarsen_{digest}.py"
+    if not path.exists() or path.read_text() != source:
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(source)
+        os.replace(temporary, path)
+    return source, str(path), f"sparsad_coarsen_{digest}"
+
+
+def load_module(path: str, module_name: str):
+    """Import (once per process) the module ``numba_module`` wrote."""
+    import importlib.util
+    import sys
+
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # (Numba's cache finds the module by this name)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+    return module
 
 
 def to_numba_args(tensors, params, seeds) -> list:

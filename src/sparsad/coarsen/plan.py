@@ -59,7 +59,8 @@ class Plan:
     @property
     def needs_record(self) -> bool:
         """Trip counts of ``while`` loops and decisions of traced ``if``s only exist at run time."""
-        return bool(self.graph.branch_sites) or any(loop.trip is None for loop in self.graph.loops)
+        return bool(self.graph.branch_sites) or any(loop.trip is None or loop.break_site is not None
+                                                    for loop in self.graph.loops)
 
     def recorded(self, args: tuple, backend: str) -> Record:
         """The record of one run of the primal on ``args`` (its outputs are not needed).
@@ -150,24 +151,74 @@ class Plan:
 
 
 def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Callable:
-    """The Numba-compiled adjoint with torch in and out; ``torch_fn`` if Numba cannot compile it."""
+    """The adjoint with torch in and out: the generated torch code until the Numba-compiled adjoint is
+    ready and checked against it (compiled by a child process, ``tiers``), then the Numba one."""
     try:
         import numpy as np
         import torch
 
-        from sparsad.coarsen.numba_backend import compile_numba, to_numba_args
+        from sparsad.coarsen import numba_backend, tiers
         from sparsad.coarsen.numba_primal import numba_value as value
-        _source, jitted = compile_numba(program, name, list(wrt))
     except ImportError:
         return torch_fn
     n_in, n_par = len(program.inputs), len(program.params)
-    state = {"fn": None}
+    state = {"fn": None, "jitted": None, "child": None, "check": None}
     Tensor, from_numpy, contiguous, ndarray = torch.Tensor, torch.from_numpy, np.ascontiguousarray, np.ndarray
 
+    def adopt(jitted, values: list, expected: list) -> None:
+        """Use ``jitted`` from now on if it gives one call's torch-code gradients on that call's arguments."""
+        try:
+            result = jitted(*values)
+            agree = len(result) == len(expected) and all(_close(np.asarray(r, dtype=np.float64), e)
+                                                          for r, e in zip(result, expected))
+        except Exception:  # Numba cannot type the program (or the cache is unusable): the torch code stays
+            agree = False
+        state["jitted"] = jitted if agree else None
+        state["fn"] = jitted if agree else torch_fn
+
+    def start(args, grads) -> None:
+        """At the first call: compile tier 1, in a child process (or here when that is switched off)."""
+        values = [np.array(v, copy=True) if isinstance(v, ndarray) else v
+                  for v in numba_backend.to_numba_args(args[:n_in], args[n_in:n_in + n_par], args[n_in + n_par:])]
+        expected = [grads[i].detach().numpy().copy() if isinstance(grads[i], Tensor) else np.asarray(grads[i])
+                    for i in wrt]
+        state["check"] = (values, expected)
+        try:
+            _source, path, module_name = numba_backend.numba_module(program, name, list(wrt))
+        except Exception:  # no private cache directory: compile in memory, here
+            adopt(numba_backend.compile_numba(program, name, list(wrt))[1], values, expected)
+            return
+        if not tiers.background():
+            adopt(getattr(numba_backend.load_module(path, module_name), name), values, expected)
+            return
+        try:
+            state["child"] = (tiers.start(path, module_name, name, values), path, module_name)
+        except Exception:  # (no child process possible) compile here
+            adopt(getattr(numba_backend.load_module(path, module_name), name), values, expected)
+
+    def poll() -> None:
+        """When the child has finished: load the compiled code from its cache and check it."""
+        child, path, module_name = state["child"]
+        if not child.done():
+            return
+        child.finish()
+        state["child"] = None
+        if not child.succeeded():
+            state["fn"] = torch_fn
+            return
+        try:
+            jitted = getattr(numba_backend.load_module(path, module_name), name)
+        except Exception:
+            state["fn"] = torch_fn
+            return
+        adopt(jitted, *state["check"])
+
     def run(*args):
-        if state["fn"] is torch_fn:
-            return torch_fn(*args)
-        if state["fn"] is jitted:
+        if state["fn"] is None and state["child"] is not None:
+            poll()
+        fn = state["fn"]
+        jitted = state["jitted"]
+        if fn is jitted and jitted is not None:
             # the steady state, inlined: tensors as NumPy views (0-d ones and seeds as floats)
             values = []
             for k, a in enumerate(args):
@@ -182,25 +233,46 @@ def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Ca
             for i, r in zip(wrt, result):
                 out[i] = from_numpy(contiguous(r)) if isinstance(r, ndarray) else r
             return tuple(out)
-        # the first call: Numba compiles, or cannot type the program and the torch code stays
-        values = to_numba_args(args[:n_in], args[n_in:n_in + n_par], args[n_in + n_par:])
-        try:
-            result = jitted(*values)
-        except Exception:
-            state["fn"] = torch_fn
-            return torch_fn(*args)
-        state["fn"] = jitted
-        out = [None] * n_in
-        for i, r in zip(wrt, result):
-            out[i] = torch.from_numpy(np.ascontiguousarray(r)) if isinstance(r, np.ndarray) else float(r)
-        return tuple(out)
+        grads = torch_fn(*args)
+        if fn is None and state["child"] is None and state["check"] is None and all(
+                a.device.type == "cpu" for a in args if isinstance(a, Tensor)):
+            start(args, grads)
+            if state["jitted"] is not None:  # compiled here (not in a child) and checked: use it already
+                return run(*args)
+        return grads
 
     def direct():
-        """The jitted adjoint (NumPy/float arguments, the wanted gradients out) once it has run."""
-        return jitted if state["fn"] is jitted else None
+        """The jitted adjoint (NumPy/float arguments, the wanted gradients out) once it is in use."""
+        if state["fn"] is None and state["child"] is not None:
+            poll()
+        return state["jitted"]
+
+    def settled() -> bool:
+        """Whether the tier is decided (the Numba adjoint in use, or the torch code for good)."""
+        if state["fn"] is None and state["child"] is not None:
+            poll()
+        return state["fn"] is not None
 
     run.direct = direct
+    run.settled = settled
     return run
+
+
+def _close(got, expected) -> bool:
+    """Two tiers' gradients agree (to rounding) in shape and values (float32 ones as the check
+    against autograd accepts them)."""
+    import numpy as np
+
+    single = np.asarray(expected).dtype == np.float32
+    expected = np.asarray(expected, dtype=np.float64)
+    try:  # (either tier may return a broadcastable scalar; calls fit gradients to their argument)
+        np.broadcast_shapes(got.shape, expected.shape)
+    except ValueError:
+        return False
+    scale = max(1.0, float(np.nanmax(np.abs(expected), initial=0.0)))
+    if single:
+        return bool(np.allclose(got, expected, rtol=0.0, atol=1e-3 * scale, equal_nan=True))
+    return bool(np.allclose(got, expected, rtol=1e-9, atol=1e-12 * scale, equal_nan=True))
 
 
 def param_values(elev: Elevation, record: Record | None) -> list:

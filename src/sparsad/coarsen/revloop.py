@@ -10,10 +10,12 @@ program from the carried state (and the counter, the loop-invariant values and t
   applying the body's adjoint to the state's cotangent and accumulating the invariants' and the
   read elements' cotangents.
 
-The trip count is an argument (a recorded parameter for ``while`` loops), so one compiled adjoint
-serves every trip count and compile time does not depend on it.  Eligible: a top-level loop whose
-body holds no traced ``if`` and no nested traced loop, reading elements ``x[±i + c]`` of 1-d
-loop-invariant vectors; a ``break`` is not supported here (such loops unroll or fall back).
+The trip count is an argument (a recorded parameter for ``while`` loops and loops with a
+``break``), so one compiled adjoint serves every trip count and compile time does not depend on it.
+A ``break`` adds the partial iteration it ends: ``_loop_bfw_K`` (the state at the break, from the
+same forward statements) and ``_loop_brk_K`` (its adjoint), run when the recorded "broke" flag is
+set.  Eligible: a top-level loop whose body holds no traced ``if`` and no nested traced loop,
+reading elements ``x[±i + c]`` of 1-d loop-invariant vectors.
 """
 from __future__ import annotations
 
@@ -25,25 +27,23 @@ from sparsad.coarsen import ssa
 from sparsad.coarsen.symbolic import Scatter, real_symbol, stabilize
 
 
-def printer_for(body: LoopBody, backend: str, shapes: dict):
+def printer_for(body: LoopBody, backend: str, shapes: dict, program=None):
     """A printer of one iteration's statements: its scatters named per loop, no fused-sum helpers."""
     from sparsad.coarsen.codegen import Printer
     from sparsad.coarsen.numba_backend import NumbaPrinter
 
-    ident = body.ident
+    program = program or body.adjoint
+    prefix = body.scatter_prefix(program)
 
     def scatter(self, e):
-        return f"_scatter_L{ident}_{int(e.args[1])}({self.p(e.args[0])})"
+        return f"{prefix}{int(e.args[1])}({self.p(e.args[0])})"
 
     if backend == "numba":
         class BodyPrinter(NumbaPrinter):
             def fused_sum(self, body_expr, length):
                 return None
 
-            def p(self, e):
-                return scatter(self, e) if isinstance(e, Scatter) else super().p(e)
-
-        return BodyPrinter(set(), shapes)
+        return BodyPrinter(set(), shapes, program.views, prefix)
 
     class TorchBodyPrinter(Printer):
         def p(self, e):
@@ -72,12 +72,24 @@ class LoopBody:
     updates: list          # expressions of the next state
     adjoint: object        # AdjointProgram of one iteration (inputs: carried, invariants, elements, counter)
     exit_syms: list = field(default_factory=list)
+    before_break: list | None = None   # expressions of the state at a `break` (from the same forward statements)
+    break_adjoint: object = None       # AdjointProgram of that partial iteration
+
+    def scatter_prefix(self, program) -> str:
+        return f"_scatter_L{self.ident}{'b' if program is self.break_adjoint else ''}_"
+
+    def views(self) -> dict:
+        """Scatter helper name -> (key, base shape), for both programs."""
+        out = {}
+        for program in (self.adjoint, self.break_adjoint):
+            if program is not None:
+                for index, (key, shape) in program.views.items():
+                    out[f"{self.scatter_prefix(program)}{index}"] = (key, shape)
+        return out
 
 
 def eligible(loop: ssa.Loop) -> str | None:
     """None when ``loop`` can become a compiled reverse loop, else why not."""
-    if loop.break_site is not None:
-        return "it has a `break`"
     seen: set = set()
     stack = list(ssa.body_nodes(loop))
     while stack:
@@ -105,7 +117,7 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
     class BodyElevator(Elevator):
         def __init__(self):
             super().__init__(ssa.Graph("body", (), (), False), None, outer.limit, closed_forms=False)
-            self.counter_sym = real_symbol(f"i_L{ident}")
+            self.counter_sym = real_symbol(f"ctr_L{ident}_")  # (no carried, element or cut name ends in "_")
             self.shapes[self.counter_sym] = ()
             self.placeholders = []
             for k, name in enumerate(loop.names):
@@ -169,16 +181,24 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
 
     body = BodyElevator()
     top = _Ctx("top")
-    updates = [stabilize(body.ev(u, top)) for u in loop.updates]
+    n_c = len(loop.updates)
+    outs = [stabilize(body.ev(u, top)) for u in loop.updates]
+    if loop.before_break is not None:
+        outs += [stabilize(body.ev(b, top)) for b in loop.before_break]
     body.segments = [Segment(s.sym, None if s.expr is None else stabilize(s.expr), s.shape, s.kind, s.base, s.key)
                      for s in body.segments]
-    segments, updates = split_reductions(body.segments, updates, body)
+    segments, outs = split_reductions(body.segments, outs, body)
+    updates, before = outs[:n_c], (outs[n_c:] if loop.before_break is not None else None)
     inputs = (body.placeholders + body.invariant_syms + [e[0] for e in body.element_list] + [body.counter_sym])
     for sym in inputs:
         body.shapes.setdefault(sym, ())
     elev = Elevation(inputs, segments, updates, body.shapes, [], dict(body.iotas), [], [])
     wrt = list(range(len(inputs) - 1))  # not the counter
     program = differentiate(elev, wrt, simplify=False)
+    break_program = None
+    if before is not None:
+        break_elev = Elevation(inputs, segments, before, body.shapes, [], dict(body.iotas), [], [])
+        break_program = differentiate(break_elev, wrt, simplify=False)
     forward = []
     from sparsad.coarsen.adjoint import _ViewRef
     for seg in segments:
@@ -192,12 +212,13 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
     inits_shapes = []
     return LoopBody(ident, loop.start, body.placeholders, [tuple(u.shape) for u in loop.updates], inits_shapes,
                     body.invariant_syms, [tuple(body.shapes[s]) for s in body.invariant_syms], body.counter_sym,
-                    body.element_list, forward, updates, program)
+                    body.element_list, forward, updates, program, before_break=before, break_adjoint=break_program)
 
 
 # ------------------------------------------------------------------------------------- code
 def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, dict]:
-    """Source of ``_loop_fwd_K`` and ``_loop_rev_K`` and the scatter helpers they use (key, shape)."""
+    """Source of ``_loop_fwd_K`` and ``_loop_rev_K`` (and, for a loop with a ``break``, of the partial
+    iteration ``_loop_bfw_K`` and its adjoint ``_loop_brk_K``), with the scatter helpers they use."""
     from sparsad.coarsen.adjoint import _ViewRef
     from sparsad.coarsen.codegen import _key_text, identifier
 
@@ -206,7 +227,7 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
     fwd_printer = rev_printer = printer_factory(body, backend, program.shapes)
     names_c = [identifier(s) for s in body.carried]
     names_inv = [identifier(s) for s in body.invariants]
-    n_c = len(body.carried)
+    n_c, n_inv = len(body.carried), len(body.invariants)
 
     def zeros(shape) -> str:
         if shape == ():
@@ -218,6 +239,36 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
         if backend == "numba":
             return f"({value} + np.zeros({tuple(shape)!r}))" if shape != () else f"({value} + 0.0)"
         return f"_fit({value}, {tuple(shape)!r})"
+
+    def fit_expr(expr, printer, shape) -> str:
+        """``fit`` of a printed expression, skipped where arithmetic already gives a fresh array of
+        the carried shape (an allocation and a pass less per iteration)."""
+        if (backend == "numba" and shape != () and not isinstance(expr, sp.Symbol)
+                and tuple(printer_shape(expr)) == tuple(shape)):
+            return printer(expr)
+        return fit(printer(expr), shape)
+
+    def printer_shape(expr):
+        from sparsad.coarsen.symbolic import shape_of
+        return shape_of(expr, program.shapes)
+
+    # carried values no statement reads (temporaries assigned in the body) need no history
+    read: set = set()
+    for prog in (program, body.break_adjoint):
+        if prog is not None:
+            for _, value in prog.statements:
+                read |= set(getattr(value, "free_symbols", ()))
+            for r in prog.results:
+                if r is not None:
+                    read |= r.free_symbols
+    for _, value in body.forward:
+        read |= set(getattr(value, "free_symbols", ()))
+    for expr in list(body.updates) + list(body.before_break or []):
+        read |= expr.free_symbols
+    kept = [j for j in range(len(body.carried)) if body.carried[j] in read]
+
+    def tup(items) -> str:
+        return f"{', '.join(items)}{',' if len(items) == 1 else ''}"
 
     def step_prelude(indent: str) -> list[str]:
         lines = [f"{indent}i_int = {body.start} + t",
@@ -236,8 +287,53 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
                 lines.append(f"{indent}{identifier(sym)} = {printer(value)}")
         return lines
 
+    def adjoint_lines(prog, printer, indent) -> tuple[list, list, list, list]:
+        """(statements, new state cotangents, invariant cotangents by m, element cotangents (m, position, text))."""
+        lines = [f"{indent}{identifier(seed)} = cb{j}" for j, seed in enumerate(prog.seeds)]
+        lines += statements(prog.statements, printer, indent)
+        results = prog.results
+        new_cb = [fit(printer(results[j]) if results[j] is not None else "0.0", body.carried_shapes[j])
+                  for j in range(n_c)]
+        inv = [(m, printer(results[n_c + m])) for m in range(n_inv)
+               if results[n_c + m] is not None and results[n_c + m] != 0]
+        elems = []
+        for e, (sym, base, stride, offset) in enumerate(body.elements):
+            r = results[n_c + n_inv + e]
+            if r is not None and r != 0:
+                elems.append((body.invariants.index(base), f"{stride} * i_int + {offset}", printer(r)))
+        return lines, new_cb, inv, elems
+
+    def add_element(m, position, text, indent) -> str:
+        if backend == "numba":
+            return f"{indent}ib{m}[{position}] += {text}"
+        return f"{indent}ib{m} = _add_at(ib{m}, {position}, {text})"
+
     inits = [f"init{j}" for j in range(n_c)]
-    args = ", ".join(inits + names_inv + ["n"])
+    args = ", ".join(inits + names_inv + ["n", "broke"])
+    news = [fit_expr(u, fwd_printer, body.carried_shapes[j]) for j, u in enumerate(body.updates)]
+    helpers = []
+    if body.before_break is not None:
+        # the partial iteration at a `break` (counter start + n) and its adjoint, as functions of their own
+        brk_printer = printer_factory(body, backend, body.break_adjoint.shapes, body.break_adjoint)
+        state_args = ", ".join(names_c + names_inv + ["n"])
+        bfw = [f"def _loop_bfw_{k}({state_args}):", "    t = int(n)"] + step_prelude("    ")
+        bfw += statements(body.forward, brk_printer, "    ")
+        bfw.append(f"    return ({tup([fit(brk_printer(b), body.carried_shapes[j]) for j, b in enumerate(body.before_break)])})")
+        lines, new_cb, inv, elems = adjoint_lines(body.break_adjoint, brk_printer, "    ")
+        brk = [f"def _loop_brk_{k}({', '.join(f'cb{j}' for j in range(n_c))}, {state_args}):", "    t = int(n)"]
+        brk += step_prelude("    ") + lines
+        outs = new_cb + [text for _, text in inv] + [text for _, _, text in elems]
+        brk.append(f"    return ({tup(outs)})")
+        helpers = bfw + [""] + brk + [""]
+        break_fwd = [f"    if broke > 0.5:", f"        {tup(names_c)} = _loop_bfw_{k}({state_args})"]
+        break_rev = [f"    if broke > 0.5:", f"        r = _loop_brk_{k}({', '.join(f'cb{j}' for j in range(n_c))}, {state_args})",
+                     f"        t = int(n)", f"        i_int = {body.start} + t"]
+        break_rev += [f"        cb{j} = r[{j}]" for j in range(n_c)]
+        break_rev += [f"        ib{m} = ib{m} + r[{n_c + q}]" for q, (m, _) in enumerate(inv)]
+        break_rev += [add_element(m, position, f"r[{n_c + len(inv) + q}]", "        ")
+                      for q, (m, position, _) in enumerate(elems)]
+    else:
+        break_fwd = break_rev = []
     # forward loop
     fwd = [f"def _loop_fwd_{k}({args}):"]
     for j in range(n_c):
@@ -245,64 +341,55 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
     fwd.append("    for t in range(int(n)):")
     fwd += step_prelude("        ")
     fwd += statements(body.forward, fwd_printer, "        ")
-    news = [fit(fwd_printer(u), body.carried_shapes[j]) for j, u in enumerate(body.updates)]
-    fwd.append(f"        {', '.join(names_c)}{',' if n_c == 1 else ''} = {', '.join(news)}{',' if n_c == 1 else ''}")
-    fwd.append(f"    return ({', '.join(names_c)}{',' if n_c == 1 else ''})")
+    fwd.append(f"        {tup(names_c)} = {tup(news)}")
+    fwd += break_fwd
+    fwd.append(f"    return ({tup(names_c)})")
     # reverse loop
     seeds = [f"seed{j}" for j in range(n_c)]
     rev = [f"def _loop_rev_{k}({', '.join(seeds)}, {args}):"]
     for j in range(n_c):
         shape = body.carried_shapes[j]
         rev.append(f"    {names_c[j]} = {fit(inits[j], shape)}")
+        if j not in kept:
+            continue
         if backend == "numba":
-            rev.append(f"    hist{j} = np.empty((int(n),) + {tuple(shape)!r})")
+            numel = 1
+            for extent in shape:
+                numel *= extent
+            rev.append(f"    hist{j} = np.empty((int(n),))" if shape == () else f"    hist{j} = np.empty((int(n), {numel}))")
         else:
             rev.append(f"    hist{j} = []")
     rev.append("    for t in range(int(n)):")
-    for j in range(n_c):
-        rev.append(f"        hist{j}[t] = {names_c[j]}" if backend == "numba" else f"        hist{j}.append({names_c[j]})")
+    for j in kept:
+        if backend != "numba":
+            rev.append(f"        hist{j}.append({names_c[j]})")
+        elif body.carried_shapes[j] == ():
+            rev.append(f"        hist{j}[t] = {names_c[j]}")
+        else:  # element by element (assigning a row compiles NumPy's fancy-indexing path: seconds)
+            rev.append(f"        _store(hist{j}, t, {names_c[j]})")
     rev += step_prelude("        ")
     rev += statements(body.forward, fwd_printer, "        ")
-    rev.append(f"        {', '.join(names_c)}{',' if n_c == 1 else ''} = {', '.join(news)}{',' if n_c == 1 else ''}")
+    rev.append(f"        {tup(names_c)} = {tup(news)}")
     for j in range(n_c):
         rev.append(f"    cb{j} = {fit(seeds[j], body.carried_shapes[j])}")
     for m, shape in enumerate(body.invariant_shapes):
         rev.append(f"    ib{m} = {zeros(shape)}")
+    rev += break_rev
     rev.append("    for t in range(int(n) - 1, -1, -1):")
-    for j in range(n_c):
-        rev.append(f"        {names_c[j]} = hist{j}[t]")
-    rev += step_prelude("        ")
-    for j, seed in enumerate(program.seeds):
-        rev.append(f"        {identifier(seed)} = cb{j}")
-    rev += statements(program.statements, rev_printer, "        ")
-    results = program.results
-    new_cb = []
-    for j in range(n_c):
-        r = results[j]
-        new_cb.append(fit(rev_printer(r) if r is not None else "0.0", body.carried_shapes[j]))
-    inv_updates = []
-    for m in range(len(body.invariants)):
-        r = results[n_c + m]
-        if r is not None and r != 0:
-            inv_updates.append(f"        ib{m} = ib{m} + {rev_printer(r)}")
-    element_updates = []
-    for e, (sym, base, stride, offset) in enumerate(body.elements):
-        r = results[n_c + len(body.invariants) + e]
-        if r is None or r == 0:
-            continue
-        m = body.invariants.index(base)
-        if backend == "numba":
-            element_updates.append(f"        ib{m}[{stride} * i_int + {offset}] += {rev_printer(r)}")
+    for j in kept:
+        shape = body.carried_shapes[j]
+        if backend == "numba" and len(shape) > 1:
+            rev.append(f"        {names_c[j]} = hist{j}[t].reshape({tuple(shape)!r})")
         else:
-            element_updates.append(f"        ib{m} = _add_at(ib{m}, {stride} * i_int + {offset}, {rev_printer(r)})")
-    rev += inv_updates + element_updates
-    rev.append(f"        {', '.join(f'cb{j}' for j in range(n_c))}{',' if n_c == 1 else ''} = "
-               f"{', '.join(new_cb)}{',' if n_c == 1 else ''}")
-    total = "np.sum({})" if backend == "numba" else "_total({})"
-    outs = [f"cb{j}" if body.init_shapes[j] == body.carried_shapes[j] else total.format(f"cb{j}")
-            for j in range(n_c)] + [f"ib{m}" for m in range(len(body.invariants))]
-    rev.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-    views = {}
-    for index, (key, shape) in program.views.items():
-        views[f"_scatter_L{k}_{index}"] = (key, shape)
-    return "\n".join(fwd) + "\n\n" + "\n".join(rev) + "\n", views
+            rev.append(f"        {names_c[j]} = hist{j}[t]")
+    rev += step_prelude("        ")
+    lines, new_cb, inv, elems = adjoint_lines(program, rev_printer, "        ")
+    rev += lines
+    rev += [f"        ib{m} = ib{m} + {text}" for m, text in inv]
+    rev += [add_element(m, position, text, "        ") for m, position, text in elems]
+    rev.append(f"        {tup([f'cb{j}' for j in range(n_c)])} = {tup(new_cb)}")
+    outs = [f"cb{j}" if body.init_shapes[j] == body.carried_shapes[j] else f"_total(cb{j})"
+            for j in range(n_c)] + [f"ib{m}" for m in range(n_inv)]
+    rev.append(f"    return ({tup(outs)})")
+    text = "\n".join(helpers + fwd) + "\n\n" + "\n".join(rev) + "\n"
+    return text, body.views()

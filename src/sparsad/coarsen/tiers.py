@@ -1,0 +1,129 @@
+"""Compilation in another process: a call never waits for Numba.
+
+The first calls of a signature run the generated torch code (tier 0: Python source compiled by
+``exec`` in milliseconds, checked against autograd).  The Numba adjoint (tier 1, seconds to
+compile) is written as a module file (``numba_backend.numba_module``) and compiled by a child
+Python process, which leaves Numba's on-disk cache beside the file; a later call of this process
+loads the compiled code from that cache (milliseconds) and checks it against tier 0 on the same
+inputs before any call uses it.  So a call gets the verified tier-0 result or the verified tier-1
+result, never an unchecked one; the compiler never runs inside the user's process (no GIL held
+for seconds, no warnings filters swapped under the user's feet, a crash of the compiler is a
+failed compilation) and the next process finds the cache.
+
+``SPARSAD_COARSEN_BACKGROUND=0`` compiles in the calling process instead, at the first call.
+``wait()`` blocks until every child has finished (benchmarks and tests use it).
+
+>>> from sparsad.coarsen import tiers
+>>> tiers.background() in (True, False)
+True
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+CHILD_LIMIT_S = 900  # a child still compiling after this long gives up
+_lock = threading.Lock()
+_children: list["Compilation"] = []
+
+# the child: import the module by path under its name, call the function once (Numba compiles it
+# with cache=True and writes the cache), exit 0; anything else exits non-zero
+_CHILD = r"""
+import importlib.util, os, pickle, signal, sys, threading, time
+path, module_name, function, arguments, limit = sys.argv[1:6]
+signal.alarm(int(limit))  # a compilation that long is abandoned (the torch code stays)
+parent = os.getppid()
+
+def orphaned():  # the parent died (killed, say): nobody will load the result
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(3)
+
+threading.Thread(target=orphaned, daemon=True).start()
+spec = importlib.util.spec_from_file_location(module_name, path)
+module = importlib.util.module_from_spec(spec)
+sys.modules[module_name] = module
+spec.loader.exec_module(module)
+with open(arguments, "rb") as handle:
+    values = pickle.load(handle)
+getattr(module, function)(*values)
+"""
+
+
+def background() -> bool:
+    """Whether tier 1 compiles in a child process (``SPARSAD_COARSEN_BACKGROUND``, default on)."""
+    return os.environ.get("SPARSAD_COARSEN_BACKGROUND", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class Compilation:
+    """One child process compiling ``function`` of the module at ``path`` for ``values``' types."""
+
+    def __init__(self, path: str, module_name: str, function: str, values: list):
+        self.arguments = f"{path}.{os.getpid()}.{id(self)}.args"
+        with open(self.arguments, "wb") as handle:
+            pickle.dump(values, handle)
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        self.process = subprocess.Popen([sys.executable, "-c", _CHILD, path, module_name, function, self.arguments,
+                                         str(CHILD_LIMIT_S)],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, env=env)
+
+    def done(self) -> bool:
+        return self.process.poll() is not None
+
+    def succeeded(self) -> bool:
+        return self.done() and self.process.returncode == 0
+
+    def finish(self) -> None:
+        """Forget the arguments file once the child has exited."""
+        try:
+            os.remove(self.arguments)
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        if not self.done():
+            self.process.kill()
+            self.process.wait()
+        self.finish()
+
+
+def start(path: str, module_name: str, function: str, values: list) -> Compilation:
+    """A child process compiling ``function`` (see ``Compilation``)."""
+    child = Compilation(path, module_name, function, values)
+    with _lock:
+        _children[:] = [c for c in _children if not c.done()]
+        _children.append(child)
+    return child
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Block until every child has exited (True) or ``timeout`` seconds passed (False)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _lock:
+            running = [c for c in _children if not c.done()]
+        if not running:
+            return True
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        try:
+            running[0].process.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+@atexit.register
+def _stop_children() -> None:
+    """Children still compiling when the interpreter exits are stopped (their cache is not needed)."""
+    with _lock:
+        children = list(_children)
+    for child in children:
+        child.stop()
