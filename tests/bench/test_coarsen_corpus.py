@@ -49,8 +49,10 @@ KNOWN_ISSUES: dict[str, tuple[type[BaseException], str]] = {
 }
 
 # Measured with this file's settings (small trip counts, two draws): 21 of 92 before the coarsening work of
-# round 2, 61 of 92 after it.
-COARSENED_TODAY = 61
+# round 2, 61 of 92 after it, 89 of 92 after the front end's pieces/forms work (catmull_rom_eval falls back:
+# a data-dependent index; gru_scalar and rk4_pendulum coarsen right but past the time limit).  The floor
+# leaves room for two functions whose first call overruns the limit on a loaded machine.
+COARSENED_TODAY = 87
 
 
 @dataclass

@@ -164,6 +164,17 @@ def f(x, w):
     b[0] = 0.0
     return (a * x).sum()
 """, 6, "another variable"),
+    "write_seen_through_a_row_read_before": ("""
+def f(x, w):
+    u = x * w
+    row = u[0]
+    u[0] = 2.0
+    return (row * x).sum() + u.sum()
+""", 6, "another variable"),
+    "keyword_arguments_not_modelled": ("""
+def f(x, w):
+    return torch.add(x, x * w, alpha=2.0).pow(2).sum()
+""", 4, "add()"),
     "write_into_an_argument_view": ("""
 def f(x, w):
     y = x * 1.0
@@ -216,6 +227,19 @@ def test_what_cannot_be_faithful_falls_back_naming_the_line(name):
         assert messages and f"{f.__code__.co_filename}:{line}:" in messages[0] and words in messages[0], messages
         (expected,) = torch_reference(f, args, (1,))
         assert rel_err(got, expected) <= 1e-14
+
+
+def test_max_at_ties_splits_the_gradient_as_torch_does_and_builtin_max_takes_the_first():
+    f = load_function("import torch\ndef f(x, w):\n    return torch.max(x * w) + x.abs().amax() + torch.min(x)\n")
+    g = load_function("import torch\ndef g(x, w):\n    return max([x[0] * w, x[1], x[2] * w]) * 2.0\n", "g")
+    x = torch.tensor([2.0, -2.0, 2.0, 0.5, -2.0], dtype=torch.float64)
+    w = torch.tensor(1.0, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoarsenFallbackWarning)
+        for fn in (f, g):
+            got = coarsen.grad(fn, argnums=(0, 1), numba=False)(x, w)
+            for a, e in zip(got, torch_reference(fn, (x, w), (0, 1))):
+                assert rel_err(a, e) <= 1e-14
 
 
 def test_a_long_loop_that_needs_its_counter_falls_back_instead_of_unrolling():

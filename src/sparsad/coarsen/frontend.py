@@ -633,7 +633,9 @@ class Tracer:
                 raise CoarsenUnsupported(f"line {node.lineno}: {func.__name__}() of an empty or changing sequence")
             if any(_traced(v) and v.shape != () for v in items):
                 raise CoarsenUnsupported(f"line {node.lineno}: {func.__name__}() comparing tensors that are not scalars")
-            return self.fold_max(items, largest=func is builtins.max)
+            if not any(_traced(v) for v in items):
+                return func(items)
+            return self.first_max(items, largest=func is builtins.max)
         if func is builtins.sum and len(args) in (1, 2):
             items = args[0]
             if isinstance(items, _Stacked):
@@ -804,6 +806,46 @@ class Tracer:
                       for a, b in zip(firsts, seconds)]
         return values[0]
 
+    def tied_mean(self, values, m, largest: bool = True):
+        """The mean of the entries equal to the extremum ``m`` (which is ``m``): the gradient is split
+        evenly among tied entries, as torch's max/amax do (``m`` enters only conditions).  Entries are
+        read through views, so that conditions compare symbols (never other selections)."""
+        test = "ge" if largest else "le"
+        if not isinstance(values, ssa.Node):
+            if all(self.const(v).shape == () for v in values):
+                values = self.materialize(_Stacked([self.const(v) for v in values]))
+            else:
+                values = [_cut(self.const(v)) for v in values]
+        if isinstance(values, ssa.Node):
+            values = _cut(values)
+            hit = self.op(test, values, m)
+            return self.op("div", self.reduce(self.op("where", hit, values, 0.0)),
+                           self.reduce(self.op("where", hit, 1.0, 0.0)))
+        total = count = None
+        for v in values:
+            hit = self.op(test, v, m)
+            part, one = self.op("where", hit, v, 0.0), self.op("where", hit, 1.0, 0.0)
+            total = part if total is None else self.op("add", total, part)
+            count = one if count is None else self.op("add", count, one)
+        return self.op("div", total, count)
+
+    def first_max(self, values: list, largest: bool = True):
+        """Python's ``max(list)`` of scalars: the first extremal item (its gradient goes to it only).
+        Entry k is first when ``hit_k - (hits before k) > 0.5``: conditions on sums of symbols."""
+        vector = self.materialize(_Stacked([self.const(v) for v in values]))
+        n = vector.shape[0]
+        items = [ssa.View((), vector, k) for k in range(n)]
+        m = self.vector_max(vector, largest)
+        test = "ge" if largest else "le"
+        hits = self.materialize(_Stacked([self.op("where", self.op(test, item, m), 1.0, 0.0) for item in items]))
+        total, before = None, 0.0
+        for k in range(n):
+            hit = ssa.View((), hits, k)
+            term = self.op("where", self.op("gt", self.op("sub", hit, before), 0.5), items[k], 0.0)
+            total = term if total is None else self.op("add", total, term)
+            before = self.op("add", before, hit)
+        return total
+
     def vector_max(self, vector: ssa.Node, largest: bool = True) -> ssa.Node:
         """max (min) of a vector by halving: ``where(a >= b, a, b)`` on its two (overlapping) halves."""
         while vector.shape[0] > 1:
@@ -867,7 +909,7 @@ class Tracer:
             return value
         if name in UNARY and len(args) == 1 and not kwargs:
             return self.op(name, args[0])
-        if name in BINARY and len(args) == 2:
+        if name in BINARY and len(args) == 2 and not kwargs:
             return self.op(name, *args)
         if name == "atan2" and len(args) == 2:
             return self.op("atan2", *args)
@@ -909,7 +951,7 @@ class Tracer:
                 return self.reduction(name, value, {}, node)
             m = self.vector_max(value, largest)
             if name in ("maximum", "amax", "minimum", "amin"):
-                return m
+                return self.tied_mean(value, m, largest)
             shifted = self.op("sub", value, m)
             lse = self.op("log", self.reduce(self.op("exp", shifted)))
             if name == "logsumexp":
@@ -925,7 +967,7 @@ class Tracer:
             return total if name == "sum" else self.op("div", total, float(len(pieces)))
         m = self.fold_max(pieces, largest)
         if name in ("maximum", "amax", "minimum", "amin"):
-            return m
+            return self.tied_mean(pieces, m, largest)
         total = self.op("exp", self.op("sub", pieces[0], m))
         for p in pieces[1:]:
             total = self.op("add", total, self.op("exp", self.op("sub", p, m)))
@@ -1007,6 +1049,10 @@ class Tracer:
             raise CoarsenUnsupported(f"line {node.lineno}: index {_short(key)} of an assembled tensor")
         if key == ():
             return value
+        if any(not isinstance(k, (int, np.integer, slice, type(None), type(Ellipsis))) or isinstance(k, bool)
+               for k in (key if isinstance(key, tuple) else (key,))):
+            raise CoarsenUnsupported(f"line {node.lineno}: index {_short(key)} (a gather by a list, array or "
+                                     "mask; only ints and slices)")
         try:
             shape = tuple(np.empty(value.shape, dtype=np.int8)[key].shape)
         except (IndexError, TypeError, ValueError) as exc:
@@ -1642,9 +1688,17 @@ def _select_by_position(iota: ssa.Node, items: list) -> ssa.Node:
 
 
 def _aliased(value, name: str, env: dict) -> bool:
-    """Whether a variable other than ``name``, or a list/tuple/dict held by one, refers to ``value``."""
+    """Whether a variable other than ``name``, or a list/tuple/dict held by one, refers to ``value`` or
+    to a view of it (``row = t[0]`` sees a later ``t[0] = v``)."""
+    parts = set(map(id, value.items)) if isinstance(value, _Stacked) else set()
+
+    def views(v) -> bool:
+        while isinstance(v, (ssa.View, ssa.Index)):
+            v = v.base
+        return v is value or id(v) in parts
+
     def holds(v, depth=0):
-        if v is value:
+        if v is value or views(v):
             return True
         if depth > 4:
             return False
@@ -1653,7 +1707,7 @@ def _aliased(value, name: str, env: dict) -> bool:
         if isinstance(v, dict):
             return any(holds(x, depth + 1) for x in v.values())
         if isinstance(v, _Stacked):
-            return any(x is value for x in v.items)
+            return any(x is value or (v.is_view and id(x) in parts) for x in v.items)
         return False
 
     return any(holds(v) for k, v in env.items() if k != name)
