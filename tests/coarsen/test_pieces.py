@@ -99,6 +99,21 @@ def f(x, w):
         y = y + 0.05 * (k1 + k2)
     return sq(y).sum()
 """,
+    "local_helpers_calling_each_other": """
+def f(x, w):
+    def rhs(y):
+        return -w * y + 0.1 * torch.sin(y)
+
+    def step(y, h):
+        k1 = rhs(y)
+        k2 = rhs(y + h * k1)
+        return y + 0.5 * h * (k1 + k2)
+
+    y = x
+    for _ in range(3):
+        y = step(y, 0.1)
+    return (y * y).sum()
+""",
     "counters_as_python_ints": """
 import math
 def f(x, w):
@@ -175,6 +190,15 @@ def f(x, w):
 def f(x, w):
     return torch.add(x, x * w, alpha=2.0).pow(2).sum()
 """, 4, "add()"),
+    "local_function_called_from_a_module_helper": ("""
+def apply(g, v):
+    return g(v)
+
+def f(x, w):
+    def scale(v):
+        return v * w
+    return apply(scale, x).sum()
+""", 4, "free variables"),
     "write_into_an_argument_view": ("""
 def f(x, w):
     y = x * 1.0

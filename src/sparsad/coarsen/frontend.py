@@ -181,6 +181,7 @@ class Tracer:
         self.loop_stack: list = []
         self.scopes: list[dict] = [{}]  # per traced-loop body: executions of each site so far
         self.frames: list[int] = [0]     # ids of the function bodies being traced (innermost last)
+        self.frame_derived: list[bool] = [False]  # whether a frame's names come from the frame below (local defs)
         self.frame_locals: list[frozenset] = [frozenset()]  # local names of each inlined body
         self.next_frame = 1
         self.notes: list[str] = []              # decisions worth explaining (see ``explain``)
@@ -712,11 +713,13 @@ class Tracer:
         env = dict(bound.arguments)
         return self.run_inlined(func, fdef, env)
 
-    def run_inlined(self, owner: Callable, fdef: ast.FunctionDef, env: dict):
-        """The body of an inlined function in its own frame; names not in ``env`` are read from ``owner``."""
+    def run_inlined(self, owner: Callable, fdef: ast.FunctionDef, env: dict, derived: bool = False):
+        """The body of an inlined function in its own frame; names not in ``env`` are read from ``owner``
+        (``derived``: ``env`` is the calling frame's, as for a local function)."""
         local_names = frozenset(_assigned_names(fdef.body)) | {a.arg for a in fdef.args.args}
         self.fn_stack.append(owner)
         self.frames.append(self.next_frame)
+        self.frame_derived.append(derived)
         self.frame_locals.append(local_names)
         self.next_frame += 1
         self.inlining += 1
@@ -727,6 +730,7 @@ class Tracer:
         finally:
             self.fn_stack.pop()
             self.frames.pop()
+            self.frame_derived.pop()
             self.frame_locals.pop()
             self.inlining -= 1
         return None
@@ -734,13 +738,18 @@ class Tracer:
     def inline_local(self, func: "_LocalFunction", args, kwargs, node, env):
         """A ``def``/``lambda`` of the traced function called from the body that defined it."""
         fdef = func.fdef
-        if func.scope != self.frames[-1]:
+        names = [a.arg for a in fdef.args.args]
+        local_names = set(_assigned_names(fdef.body)) | set(names)
+        free = {sub.id for sub in _walk_own_scope_body(fdef) if isinstance(sub, ast.Name)} - local_names
+        # its free names are read from the current variables: right when it is called from the body that
+        # defines it, or from local functions of that body that do not rebind any of those names
+        between = range(self.frames.index(func.scope) + 1, len(self.frames)) if func.scope in self.frames else None
+        if between is None or any(not self.frame_derived[j] or free & self.frame_locals[j] for j in between):
             raise CoarsenUnsupported(f"line {node.lineno}: local function {fdef.name}() (line {fdef.lineno}) is "
-                                     "called outside the function that defines it")
+                                     "called where its free variables are not the defining function's")
         if len(self.fn_stack) > INLINE_DEPTH:
             raise CoarsenUnsupported(f"line {node.lineno}: helper functions nested deeper than {INLINE_DEPTH} "
                                      f"(recursion in {fdef.name}?)")
-        names = [a.arg for a in fdef.args.args]
         if len(args) > len(names):
             raise CoarsenUnsupported(f"line {node.lineno}: {fdef.name}() takes {len(names)} arguments, "
                                      f"{len(args)} given")
@@ -755,7 +764,6 @@ class Tracer:
         missing = [n for n in names if n not in bound]
         if missing:
             raise CoarsenUnsupported(f"line {node.lineno}: {fdef.name}() is missing argument(s) {missing}")
-        local_names = set(_assigned_names(fdef.body)) | set(names)
         captured = set(getattr(func.owner.__code__, "co_cellvars", ()))
         for sub in ast.walk(fdef):
             if (isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in local_names
@@ -764,7 +772,7 @@ class Tracer:
                                          "function assigns it")
         inner = {k: v for k, v in env.items() if k not in local_names}
         inner.update(bound)
-        return self.run_inlined(func.owner, fdef, inner)
+        return self.run_inlined(func.owner, fdef, inner, derived=True)
 
     def reduce(self, value):
         if isinstance(value, _Stacked):
@@ -1891,6 +1899,12 @@ def _check_returns(fdef: ast.FunctionDef) -> None:
         for sub in _walk_own_scope(stmt):
             if isinstance(sub, ast.Return):
                 raise CoarsenUnsupported(f"line {sub.lineno}: return before the end of the function")
+
+
+def _walk_own_scope_body(fdef: ast.FunctionDef):
+    """The nodes of a function's own body (nested ``def``/``lambda`` bodies excluded)."""
+    for stmt in fdef.body:
+        yield from _walk_own_scope(stmt)
 
 
 def _walk_own_scope(node: ast.AST):
