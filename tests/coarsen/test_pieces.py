@@ -369,3 +369,42 @@ def test_the_same_on_jax_arrays(name, x64):
             got = coarsen.grad(f, argnums=(0, 1))(x, w)
             for g, e in zip(got, expected):
                 assert float(jnp.max(jnp.abs(g - e))) <= 1e-11 * max(1.0, float(jnp.max(jnp.abs(e))))
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+# statements that rebuild the 5-vector `v` from pieces; each keeps its length
+PIECE_STEPS = [
+    "v = torch.cat([v[{k}:] * w, torch.sin(v[:{k}])])",
+    "v = torch.stack([v[i] * v[(i + {k}) % 5] for i in range(5)])",
+    "v[{k}] = torch.tanh(v[{k}] + w)",
+    "v[:{k}] = v[5 - {k}:] * 0.5",
+    "v = torch.softmax(v * w, dim=0) + v",
+    "v = v + torch.logsumexp(v, dim=0) * 0.1 - torch.max(v) * 0.2",
+    "v = torch.stack([v[{k} - 1] - v[0], v[1] * w, v[2], torch.min(v), v[4] + v[{k}]])",
+]
+
+
+@st.composite
+def assembled_programs(draw):
+    lines = ["import torch", "def f(x, w):", "    v = x * 1.0"]
+    for _ in range(draw(st.integers(1, 3))):
+        lines.append("    " + draw(st.sampled_from(PIECE_STEPS)).format(k=draw(st.integers(1, 4))))
+    if draw(st.booleans()):  # the assembled vector as loop state
+        body = draw(st.sampled_from(PIECE_STEPS)).format(k=draw(st.integers(1, 4)))
+        lines += ["    for _ in range(2):", "        " + body]
+    lines.append("    return (v * v).sum() + v[2]")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(assembled_programs(), st.integers(0, 2 ** 31 - 1))
+def test_generated_programs_on_assembled_tensors_match_autograd(source, seed):
+    f = load_function(source)
+    args = _args(np.random.default_rng(seed))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoarsenFallbackWarning)
+        got = coarsen.grad(f, argnums=(0, 1), numba=False)(*args)
+    for g, e in zip(got, torch_reference(f, args, (0, 1))):
+        assert rel_err(g, e) <= 1e-10, source
