@@ -943,7 +943,8 @@ class Tracer:
         if name == "norm":
             if dim is not None:
                 raise CoarsenUnsupported(f"line {node.lineno}: norm() over an axis")
-            return self.op("sqrt", self.reduce(self.op("mul", value, value)))
+            squares = self.reduce(self.op("mul", value, value))  # at 0: value and gradient 0, as torch's
+            return self.op("where", self.op("gt", squares, 0.0), self.op("sqrt", squares), 0.0)
         if name in ("maximum", "minimum") and dim is not None:
             raise CoarsenUnsupported(f"line {node.lineno}: {name.replace('imum', '')}() with a dim returns values "
                                      "and indices (use amax/amin)")
