@@ -943,8 +943,9 @@ class Tracer:
         if name == "norm":
             if dim is not None:
                 raise CoarsenUnsupported(f"line {node.lineno}: norm() over an axis")
-            squares = self.reduce(self.op("mul", value, value))  # at 0: value and gradient 0, as torch's
-            return self.op("where", self.op("gt", squares, 0.0), self.op("sqrt", squares), 0.0)
+            # (at an all-zero vector the gradient is NaN where torch's is 0: selecting 0 there with `where`
+            # makes the elevated adjoint divide by zero symbolically, so it is left as is)
+            return self.op("sqrt", self.reduce(self.op("mul", value, value)))
         if name in ("maximum", "minimum") and dim is not None:
             raise CoarsenUnsupported(f"line {node.lineno}: {name.replace('imum', '')}() with a dim returns values "
                                      "and indices (use amax/amin)")
