@@ -42,11 +42,15 @@ class WrongGradient(AssertionError):
 KNOWN_ISSUES: dict[str, tuple[type[BaseException], str]] = {
     # (gru_scalar and newton_cube_root ran past the time limit: SymPy's simplify expanded powers for minutes;
     # it is now skipped above a degree bound, and Numba compiles in a child process)
+    "rk4_pendulum": (CorpusTimeout, "sympy.simplify of a 30-operation adjoint segment holding sin/cos runs "
+                                    "trigsimp for a minute or more (first-call target of issue 13: at most 10 s)"),
 }
 
 # Measured with this file's settings (small trip counts, two draws): 21 of 92 before the coarsening work of
-# round 2, 61 of 92 after it.
-COARSENED_TODAY = 61
+# round 2, 61 of 92 after it, 89 of 92 after the front end's pieces/forms work (catmull_rom_eval falls back:
+# a data-dependent index; gru_scalar and rk4_pendulum coarsen right but past the time limit).  The floor
+# leaves room for two functions whose first call overruns the limit on a loaded machine.
+COARSENED_TODAY = 87
 
 
 @dataclass
@@ -185,7 +189,7 @@ def test_benchmark_row_of_one_function():
     assert row["status"] == "coarsened" and row["stage"] == "done"
     assert row["max_rel_err"] < 1e-12 and row["jax_twin_rel_err"] < 1e-12
     assert row["first_call_s"] > 0 and row["speedup_vs_torch"] > 0 and row["speedup_vs_jax"] > 0
-    row = measure_corpus_case("poisson_nll", small=True, draws=2, repeat=1)
-    assert row["status"] == "fallback" and row["max_rel_err"] < 1e-12 and "lgamma" in row["reason"]
+    row = measure_corpus_case("catmull_rom_eval", small=True, draws=2, repeat=1)
+    assert row["status"] == "fallback" and row["max_rel_err"] < 1e-12 and "int()" in row["reason"]
     message = "sparsad.coarsen: f falls back to plain autograd: line 12: call to g() at /a/b.py:3 with 2 args"
     assert fallback_cause(message) == "line N: call to g() at <file> with N args"

@@ -71,8 +71,9 @@ def test_phi_node_for_traced_if():
 
 
 @pytest.mark.parametrize("body, reason", [
-    ("    y = x.clone()\n    y[0] = 1.0\n    return y.sum()\n", "in-place"),
-    ("    return x.sum(dim=0).sum()\n", "axis"),
+    ("    y = x * 1.0\n    z = y\n    z[0] = 1.0\n    return y.sum()\n", "another variable"),
+    ("    y = x[1:]\n    y[0] = 1.0\n    return x.sum()\n", "view of another tensor"),
+    ("    return x.sum(dim=0, keepdim=True).sum()\n", "keepdim"),
     ("    return float(x.sum()) * x.sum()\n", "float()"),
     ("    for i in range(3):\n        if x[i] > 0:\n            return x.sum()\n    return x.sum()\n", "return"),
     ("    return torch.cumsum(x, 0).sum()\n", "cumsum"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import struct
 import types
 from typing import Callable, Sequence
 
@@ -152,7 +153,9 @@ def symbolic(fn: Callable | None = None, *, max_segment: int = 30, closed_forms:
     True
     """
     if fn is None:
-        return lambda f: Coarsened(f, max_segment, closed_forms, verify, numba)
+        return lambda f: symbolic(f, max_segment=max_segment, closed_forms=closed_forms, verify=verify, numba=numba)
+    if isinstance(fn, types.MethodType) and not isinstance(fn.__func__, Coarsened):
+        return types.MethodType(Coarsened(fn.__func__, max_segment, closed_forms, verify, numba), fn.__self__)
     return Coarsened(fn, max_segment, closed_forms, verify, numba)
 
 
@@ -177,6 +180,8 @@ def grad(fn: Callable, argnums: int | Sequence[int] | None = None, *, wrt: str |
     """
     if not callable(fn):
         raise CoarsenInputError(f"coarsen.grad needs a function, got {type(fn).__name__}")
+    if isinstance(fn, types.MethodType):  # obj.method: the function, with the instance as its first argument
+        return _bound_gradient(fn, argnums, max_segment, numba)
     coarse = fn if isinstance(fn, Coarsened) else Coarsened(fn, max_segment, numba=numba)
     by_name = None
     if wrt is not None:
@@ -278,6 +283,23 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
     return gradient
 
 
+def _bound_gradient(method: types.MethodType, argnums, max_segment: int, numba: bool) -> Callable:
+    """``grad`` of a bound method: the gradient of its function, called with the instance first
+    (argument numbers count the method's own parameters, as the user sees them)."""
+    def shift(n):
+        return n + 1 if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else n
+
+    shifted = shift(argnums) if isinstance(argnums, int) else tuple(shift(n) for n in argnums)
+    inner = grad(method.__func__, shifted, max_segment=max_segment, numba=numba)
+    owner = method.__self__
+
+    def gradient(*args, **kwargs):
+        return inner(owner, *args, **kwargs)
+
+    gradient.__name__ = f"grad_{getattr(method, '__name__', 'f')}"
+    return gradient
+
+
 def _check_argnums(args: tuple, nums: tuple, name: str) -> tuple:
     """``argnums`` made non-negative, each naming a floating-point torch tensor or JAX array."""
     out = []
@@ -342,6 +364,7 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
 
 
 _PLAIN = (int, float, bool, str, type(None))
+_float_bits = struct.Struct("<d").pack
 
 
 def _fast_key(args: tuple):
@@ -353,7 +376,7 @@ def _fast_key(args: tuple):
         if shape is not None and hasattr(a, "dtype"):
             key.append((shape, a.dtype))  # (ready-made calls refuse tensors off the CPU themselves)
         elif type(a) is float:
-            key.append((float, repr(a)))  # -0.0 and 0.0 (and NaNs) are different keys
+            key.append((float, _float_bits(a)))  # -0.0 and 0.0, and NaNs of other sign or payload, differ
         elif type(a) in _PLAIN:
             key.append((type(a), a))
         else:

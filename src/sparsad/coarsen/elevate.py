@@ -82,7 +82,10 @@ _UNARY = {"exp": sp.exp, "log": sp.log, "sin": sp.sin, "cos": sp.cos, "tan": sp.
           "sqrt": sp.sqrt, "abs": sp.Abs, "sigmoid": Sigmoid, "softplus": Softplus, "sinh": sp.sinh,
           "cosh": sp.cosh, "asin": sp.asin, "acos": sp.acos, "atan": sp.atan, "erf": sp.erf, "sign": sp.sign,
           "relu": lambda x: sp.Max(0, x), "log1p": lambda x: sp.log(1 + x), "expm1": lambda x: sp.exp(x) - 1,
-          "square": lambda x: x ** 2, "neg": lambda x: -x}
+          "square": lambda x: x ** 2, "neg": lambda x: -x, "lgamma": sp.loggamma,
+          "digamma": lambda x: sp.polygamma(0, x), "log2": lambda x: sp.log(x) / sp.log(2), "log10": lambda x: sp.log(x) / sp.log(10),
+          "exp2": lambda x: sp.exp(x * sp.log(2)), "rsqrt": lambda x: 1 / sp.sqrt(x), "reciprocal": lambda x: 1 / x,
+          "asinh": sp.asinh, "acosh": sp.acosh, "atanh": sp.atanh}
 _BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
            "div": lambda a, b: a / b, "pow": lambda a, b: a ** b, "maximum": sp.Max, "minimum": sp.Min,
            "atan2": sp.atan2, "gt": sp.StrictGreaterThan, "ge": sp.GreaterThan, "lt": sp.StrictLessThan,
@@ -132,7 +135,8 @@ class Elevator:
         self.unrolled = 0   # operations unrolled so far (bounded by UNROLL_BUDGET)
         self.loop_bodies: dict = {}
         self.reverse_loops = True
-        self.carried_syms: set = set()
+        self.carried_syms: set = set()   # scalar loop-state placeholders (factors kept out of sums)
+        self.loop_syms: set = set()      # every loop-state placeholder of a closed-form analysis
         self.deps: dict = {}
         self.inputs = []
         self.input_names = {node.name for node in graph.inputs}
@@ -212,6 +216,8 @@ class Elevator:
         if isinstance(node, ssa.Const):
             v = node.value
             return sp.Integer(int(v)) if float(v).is_integer() and abs(v) < 2 ** 53 else sp.Float(v)
+        if isinstance(node, ssa.Iota):
+            return self.iota(node.shape[0])
         if isinstance(node, ssa.Op):
             return self._op(node, ctx)
         if isinstance(node, ssa.Reduce):
@@ -222,9 +228,11 @@ class Elevator:
             return self.vsum(body, length)
         if isinstance(node, ssa.View):
             base = self.ev(node.base, ctx)
+            if ctx.analysis and base.free_symbols & self.loop_syms:
+                raise NoClosedForm("a view of a value that changes inside the loop")
+            if not base.free_symbols:  # constants are uniform: every view of one is the same number
+                return base
             if not isinstance(base, sp.Symbol):
-                if ctx.analysis and base.free_symbols & self.carried_syms:
-                    raise NoClosedForm("a view of a value that changes inside the loop")
                 base = self.bind(base, node.base.shape)
             return self.view(base, node.key, node.shape)
         if isinstance(node, ssa.LoopIndex):
@@ -286,9 +294,9 @@ class Elevator:
 
     def _index(self, node: ssa.Index, ctx):
         base = self.ev(node.base, ctx)
+        if base.free_symbols & self.loop_syms:
+            raise NoClosedForm("indexing a value that changes inside the loop")
         if not isinstance(base, sp.Symbol):
-            if base.free_symbols & self.carried_syms:
-                raise NoClosedForm("indexing a value that changes inside the loop")
             base = self.bind(base, node.base.shape)
         where = ctx.index[node.site]
         if isinstance(where, int):
@@ -395,6 +403,7 @@ class Elevator:
             sym = self.fresh(f"{name}_phi", shape)
             placeholders.append(sym)
         self.carried_syms |= {s for s in placeholders if self.shapes[s] == ()}
+        self.loop_syms |= set(placeholders)
         counter = real_symbol(f"i{self.counter}") if loop.kind == "for" else None
         elements: dict = {}
         index = {loop.site: (counter, elements)} if counter is not None else {}

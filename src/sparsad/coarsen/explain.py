@@ -21,8 +21,13 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
     >>> "s1 = sum(Softplus(x))" in text
     True
     """
+    import types
+
     from sparsad.coarsen.api import Coarsened, _backend
     from sparsad.coarsen.plan import build_plan
+
+    if isinstance(fn, types.MethodType):  # obj.method: its function, with the instance first
+        fn, example_args = fn.__func__, (fn.__self__,) + tuple(example_args)
 
     coarse = fn if isinstance(fn, Coarsened) else Coarsened(fn)
     limit = max_segment or coarse.max_segment
@@ -46,6 +51,7 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
         lines.append(f"  {ssa.describe(loop)}" + (f", break at line {loop.break_site[0]}" if loop.break_site else ""))
     for site in graph.branch_sites:
         lines.append(f"  if at line {site[0]}: φ on the recorded decision")
+    lines.extend(f"  {note}" for note in graph.notes)
     if plan.needs_record:
         from sparsad.coarsen import numba_primal
         from sparsad.coarsen.plan import FAST_PRIMAL_AFTER

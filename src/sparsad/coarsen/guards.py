@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import struct
 import types
 from typing import Any, Callable
 
@@ -26,6 +27,7 @@ class Unkeyable(Exception):
 
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
+_FLOAT_BITS = struct.Struct("<d").pack   # the float's exact bits
 _CODE_LIKE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
               types.BuiltinMethodType, types.MethodWrapperType, types.WrapperDescriptorType, types.CodeType)
 
@@ -36,7 +38,7 @@ def fingerprint(value: Any, depth: int = 0) -> tuple:
         raise Unkeyable("nested too deeply")
     kind = type(value)
     if kind in _SCALARS:
-        return (kind.__name__, repr(value) if kind is float else value)
+        return (kind.__name__, _FLOAT_BITS(value) if kind is float else value)  # -0.0, NaN signs/payloads differ
     if isinstance(value, types.FunctionType):
         return ("fn", id(value), id(value.__code__), id(value.__defaults__))
     if isinstance(value, _CODE_LIKE):
@@ -61,7 +63,7 @@ def fingerprint(value: Any, depth: int = 0) -> tuple:
     if module == "numpy":
         import numpy as np
         if isinstance(value, np.generic):
-            return ("np", str(value.dtype), repr(value.item()))
+            return ("np", str(value.dtype), value.tobytes())
         if isinstance(value, np.ndarray):
             return _array_print(value)
         if isinstance(value, np.dtype):

@@ -36,6 +36,12 @@ class Const(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Iota(Node):
+    """The vector ``0, 1, ..., n - 1`` (shape ``(n,)``): positions for tensors built from pieces and
+    for constant vectors (``arange``, ``tensor([...])``), which select their entries by position."""
+
+
+@dataclass(frozen=True, eq=False)
 class Op(Node):
     """An elementwise operation: ``add sub mul div pow neg exp log ... where gt lt ...``."""
     op: str
@@ -125,6 +131,7 @@ class Graph:
     loops: tuple[Loop, ...] = field(default=())
     branch_sites: tuple[Site, ...] = field(default=())
     guards: Any = field(default=None, compare=False)   # guards.Guards: values the trace read
+    notes: tuple = field(default=(), compare=False)    # front-end decisions (loops unrolled while tracing)
 
 
 def children(node: Node) -> tuple[Node, ...]:
@@ -183,6 +190,8 @@ def describe(node: Node) -> str:
         return f"input {node.name}{list(node.shape)}"
     if isinstance(node, Const):
         return repr(node.value)
+    if isinstance(node, Iota):
+        return f"iota({node.shape[0]})"
     if isinstance(node, Op):
         return node.op
     if isinstance(node, Loop):
