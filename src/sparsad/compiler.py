@@ -222,6 +222,12 @@ class CompiledProgram(Program):
             value = evaluate(plan["physical"], plan["arrays"])
         if out_format == "natural":
             out_format = plan["natural"]
+        if out_format == "dense" and plan["natural"] == "dense" and plan["shape"] is not None:
+            # a derivative w.r.t. a dense input has that input's shape, as the kernel's would
+            # (not the hull of the keys the interpreter happened to write)
+            from sparsad.formats import from_logical
+
+            return from_logical(value, plan["shape"], "dense")
         return value if out_format == "value" else to_natural(value, plan["result_type"], out_format)
 
     def show(self, stage: str = "code") -> str:
