@@ -115,3 +115,18 @@ def test_a_guarded_read_at_a_negative_key_is_not_a_format_error():
     x, V = np.arange(1.0, 9.0), np.ones(8)
     assert sparsad.program(text)(x=x, V=V) == 12.0
     assert sparsad.compile(text)(x=x, V=V) == 12.0
+
+
+def test_an_interpreted_gradient_wrt_a_dense_input_has_the_inputs_shape(monkeypatch):
+    """When code generation declines, the interpreter's gradient comes back shaped like x, as a
+    kernel's does (it was the hull of the keys written: length 3 for a window (1:3) of 9)."""
+    import sparsad.codegen
+
+    def decline(*args, **kwargs):
+        raise sparsad.errors.UnsupportedError("simulated: code generation declines")
+
+    monkeypatch.setattr(sparsad.codegen, "compile_physical", decline)
+    x, V = np.arange(1.0, 10.0), np.ones(5)
+    with pytest.warns(sparsad.errors.FallbackWarning, match="simulated"):
+        g = sparsad.grad("sum(<j, a> in V) a * x(lo:hi)(j)", wrt="x")(x=x, V=V, lo=1, hi=3)
+    np.testing.assert_array_equal(g, np.where((np.arange(9) >= 1) & (np.arange(9) < 3), 1.0, 0.0))

@@ -128,7 +128,11 @@ class _Reverse:
             case SubArray(array=a, start=s, end=e):
                 # only the window's entries came from a: an adjoint at a key outside it (a lookup
                 # of the sub-array there reads nothing) does not flow back
-                return [(a.name, SubArray(bar, s, e))] if on(a) else []
+                if not on(a):
+                    return []
+                k, v = Var(self.fresh("k")), self.fresh("b")
+                inside = If(Not(Binary("<", k, s)), If(Binary("<", k, e), Singleton(k, Var(v))))
+                return [(a.name, Sum(k.name, v, bar, inside))]
             case If(cond=c, then=t, orelse=o):
                 out = []
                 for z in sorted((free_vars(t) | (free_vars(o) if o is not None else set())) & active):
