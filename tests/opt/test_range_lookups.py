@@ -100,9 +100,9 @@ def test_constant_ranges_are_looked_up_only_inside(text, lo, hi):
     inside = (np.arange(8) >= lo) & (np.arange(8) < hi)
     assert sparsad.compile(text)(x=x, V=V) == float(np.sum(x[inside]))
     assert sparsad.program(text)(x=x, V=V) == float(np.sum(x[inside]))
-    for interpret in (False, True):
-        grad_V = sparsad.grad(text, wrt="V", interpret=interpret)(x=x, V=V)
-        grad_x = sparsad.grad(text, wrt="x", interpret=interpret)(x=x, V=V)
+    for interpret, mode in ((False, "reverse"), (True, "reverse"), (True, "forward")):
+        grad_V = sparsad.grad(text, wrt="V", interpret=interpret, mode=mode)(x=x, V=V)
+        grad_x = sparsad.grad(text, wrt="x", interpret=interpret, mode=mode)(x=x, V=V)
         np.testing.assert_array_equal(np.asarray(grad_V, dtype=float), np.where(inside, x, 0.0))
         np.testing.assert_array_equal(np.asarray(grad_x, dtype=float), np.where(inside, 1.0, 0.0))
 
