@@ -247,6 +247,12 @@ class CompiledProgram(Program):
         asked = out_format
         if out_format == "natural":
             out_format = plan["natural"]
+        if out_format == "dense" and plan["natural"] == "dense" and plan["shape"] is not None:
+            # a derivative w.r.t. a dense input has that input's shape, as the kernel's would
+            # (not the hull of the keys the interpreter happened to write)
+            from sparsad.formats import from_logical
+
+            return natural_result(from_logical(value, plan["shape"], "dense"), inputs, asked)
         return value if out_format == "value" else \
             natural_result(to_natural(value, plan["result_type"], out_format), inputs, asked)
 

@@ -119,7 +119,7 @@ def test_an_ill_typed_stage_is_never_passed_on(monkeypatch):
 
 
 def test_a_failing_required_stage_falls_back_to_the_interpreter_not_to_the_users_error(monkeypatch):
-    def broken(expr, types):
+    def broken(expr, types, *extents):
         raise KeyError("simulated fault inside fusion")
 
     monkeypatch.setattr(pipeline, "fuse", broken)

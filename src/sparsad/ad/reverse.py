@@ -126,8 +126,14 @@ class _Reverse:
                 return [(d.name, Singleton(k, bar))] if on(d) else []
             case Singleton(key=k, value=v):
                 return [(v.name, Lookup(bar, k))] if on(v) else []
-            case SubArray(array=a):
-                return [(a.name, bar)] if on(a) else []
+            case SubArray(array=a, start=s, end=e):
+                # only the window's entries came from a: an adjoint at a key outside it (a lookup
+                # of the sub-array there reads nothing) does not flow back
+                if not on(a):
+                    return []
+                k, v = Var(self.fresh("k")), self.fresh("b")
+                inside = If(Not(Binary("<", k, s)), If(Binary("<", k, e), Singleton(k, Var(v))))
+                return [(a.name, Sum(k.name, v, bar, inside))]
             case If(cond=c, then=t, orelse=o):
                 out = []
                 for z in sorted((free_vars(t) | (free_vars(o) if o is not None else set())) & active):

@@ -6,8 +6,11 @@ Rules, tried in this order at each node:
 - vertical fusion:            sum(<k, v> in sum(<x, y> in S) ... { unique(f) -> g }) b
                                                                ~> sum(<x, y> in S) ... let k = f in let v = g in b
   (the inner body may be wrapped in lets and else-less ifs; `unique` guarantees keys do not merge)
-- dense lookup:               (sum(<_, q> in (st:en)) { unique(q) -> g })(k)  ~> let q = k in g
-  (keys are validated against the extents at the boundary, so k lies in range)
+- dense lookup:               (sum(<_, q> in (st:en)) { unique(q) -> g })(k)
+                                  ~> let q = k in if not(q < st) then if q < en then g
+  (a key outside the range has no entry; the guard is left out only for the range `(0:e)` of a
+  stored input's dense level, e one of `extents`: a key into an input is checked against its
+  extent at the call boundary, `lang.keyranges`, and the type checker relates axes through lets)
 - dense sub-array:            (sum(<_, q> in (st:en)) { unique(q) -> g })(a:b)
                                   ~> sum(<_, q> in (st:en)) if not(q < a) then if q < b then { unique(q) -> g }
   (the keys of both ranges; with constant bounds, one loop over their intersection instead)
@@ -27,6 +30,8 @@ Rules, tried in this order at each node:
   each row is built once, when its key comes; e.g. the masked gradient of a second sparse operand)
 """
 from __future__ import annotations
+
+from functools import partial
 
 from sparsad.lang.names import Fresh, all_names, rename_bound
 from sparsad.lang.rebuild import substitute
@@ -295,10 +300,15 @@ def _is_dense_generator(e: Expr) -> bool:
             and isinstance(e.body.key, Unique) and e.body.key.operand == Var(e.val) and e.val != "_")
 
 
-def _dense_lookup(e, _):
+def _dense_lookup(e, _, extents: frozenset[str] = frozenset()):
     if isinstance(e, Lookup) and _is_dense_generator(e.dict):
         gen = e.dict
-        return Let(gen.val, e.key, gen.body.value)
+        entry = gen.body.value
+        start, end = gen.source.start, gen.source.end
+        if not (start == Const(0) and isinstance(end, Var) and end.name in extents):
+            q = Var(gen.val)
+            entry = If(Not(Binary("<", q, start)), If(Binary("<", q, end), entry))
+        return Let(gen.val, e.key, entry)
 
 
 def _dense_sub_array(e, _):
@@ -466,11 +476,22 @@ def lookups_at_own_keys(expr: Expr) -> Expr:
     return go(expr, {}, {})
 
 
-def fuse(expr: Expr, types: dict[str, Type] | None = None) -> Expr:
-    """Apply the fusion rules to a fixed point, renaming binders apart between sweeps."""
+def fuse(expr: Expr, types: dict[str, Type] | None = None, extents: frozenset[str] = frozenset()) -> Expr:
+    """Apply the fusion rules to a fixed point, renaming binders apart between sweeps.
+
+    `extents`: the int inputs that are extents of stored inputs' dense levels (a lookup into the
+    range `(0:e)` over one of them reads the input itself, at a key checked at the boundary).
+
+    >>> from sparsad.lang.parse import parse
+    >>> from sparsad.lang.printer import to_text
+    >>> print(to_text(fuse(parse("(sum(<_, i> in (2:5)) { i -> x(i) })(k)"))))
+    if not (k < 2) then (if k < 5 then x(k))
+    """
+    rules = tuple(Rule(r.name, partial(_dense_lookup, extents=frozenset(extents))) if r.apply is _dense_lookup
+                  else r for r in RULES)
     for _ in range(20):
         unique_names = rename_bound(expr, Fresh(all_names(expr)))
-        fused = rewrite_fixpoint(lookups_at_own_keys(unique_names), RULES, types or {}, max_sweeps=1)
+        fused = rewrite_fixpoint(lookups_at_own_keys(unique_names), rules, types or {}, max_sweeps=1)
         fused = eliminate_dead_lets(inline_atoms(fused))
         if fused == unique_names:
             return fused

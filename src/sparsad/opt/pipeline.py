@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 from sparsad.errors import InternalError, OptimizationWarning, SparsadError
 from sparsad.lang.syntax import Expr
 from sparsad.lang.typecheck import infer
-from sparsad.lang.types import Type
+from sparsad.lang.types import Int, Type
 from sparsad.opt.aggregate import aggregate
 from sparsad.opt.cse import eliminate_common_subexpressions
 from sparsad.opt.dps import push_singletons_inward
@@ -74,15 +74,17 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
     _, array_types = physical_inputs(stored)
     physical_types = {n: t for n, t in types.items() if n not in stored}
     physical_types.update(array_types)
+    # a dense level's range (0:e) over one of these needs no key guard (keys into inputs are checked)
+    extents = frozenset(n for n, t in array_types.items() if isinstance(t, Int))
     stages: dict[str, Expr] = {}
     expr = stages["sparsity"] = propagate_sparsity(expr, dict(types))
     expr = stages["storage"] = checked_stage("storage", compose_storage(expr, stored), physical_types)
-    expr = stages["fuse"] = checked_stage("fuse", fuse(expr, physical_types), physical_types)
+    expr = stages["fuse"] = checked_stage("fuse", fuse(expr, physical_types, extents), physical_types)
     optional = [
         ("aggregate", "aggregate", lambda e: aggregate(e, physical_types)),
         ("eqsat", "eqsat", lambda e: _saturate(e, physical_types, loop_sizes(stored))),
         ("normalize", "normalize", lambda e: normalize_products(e, physical_types)),
-        ("normalize", "fuse-normalized", lambda e: fuse(e, physical_types)),
+        ("normalize", "fuse-normalized", lambda e: fuse(e, physical_types, extents)),
         ("dps", "dps", lambda e: push_singletons_inward(e, physical_types)),
         ("cse", "cse", lambda e: eliminate_common_subexpressions(e, physical_types)),
         ("hoist", "hoist", lambda e: hoist_invariant_dictionaries(e, physical_types)),
