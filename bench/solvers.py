@@ -169,6 +169,16 @@ def jacobian_table(quick: bool) -> list[dict]:
 
 
 def main(quick: bool = False) -> None:
+    from threadpoolctl import threadpool_limits
+
+    # single thread for every contender (torch, BLAS, SuperLU): on a shared 2-core machine the
+    # threads' spin-waits, not the algorithms, decided the ratios
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        _main(quick)
+
+
+def _main(quick: bool) -> None:
     start = time.perf_counter()
     tables = {}
     print("SpGEMM first call (symbolic + numeric, fresh pattern) vs SciPy A @ A")
