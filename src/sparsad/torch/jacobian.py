@@ -3,9 +3,10 @@ forward-mode products (Curtis-Powell-Reid).
 
 Columns that share no row of the Jacobian get one colour; one JVP with the sum of a colour's
 unit vectors yields all of those columns at once, so the cost is (number of colours) JVPs
-instead of n. The Hessian is recovered the same way from Hessian-vector products (forward over
-reverse), with a distance-1 colouring of its pattern (direct recovery; a star colouring would
-need fewer products and is not implemented).
+instead of n. The Hessian is recovered from Hessian-vector products (forward over reverse) with a star
+colouring of its (symmetrised) pattern: every entry is read directly from one of the two
+compressed products that hold it alone, so fewer products than a distance-1 colouring of the
+columns need (`colouring="distance1"` keeps that one). Colourings: `sparsad.ops.colouring`.
 
 Example:
     >>> import torch
@@ -22,45 +23,13 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from numba import njit
-
 from sparsad.errors import InputError, ShapeError
+from sparsad.ops.colouring import colour_columns, star_colouring, star_recovery, symmetric_pattern
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.matrix import SparseMatrix
 
 #: Without a pattern, detection evaluates the dense Jacobian; refused above this many entries.
 DETECT_MAX_ENTRIES = 10_000_000
-
-
-@njit(cache=True, nogil=True)
-def _greedy_colouring(indptr, indices, t_indptr, t_indices, n_cols):  # pragma: no cover - compiled
-    """Distance-1 colouring of the column intersection graph: columns sharing a row differ."""
-    colour = np.full(n_cols, -1, dtype=np.int64)
-    forbidden = np.full(n_cols + 1, -1, dtype=np.int64)  # forbidden[c] == j: colour c taken near j
-    for j in range(n_cols):
-        for p in range(t_indptr[j], t_indptr[j + 1]):
-            i = t_indices[p]
-            for q in range(indptr[i], indptr[i + 1]):
-                other = colour[indices[q]]
-                if other >= 0:
-                    forbidden[other] = j
-        c = 0
-        while forbidden[c] == j:
-            c += 1
-        colour[j] = c
-    return colour
-
-
-def colour_columns(pattern: CSRPattern) -> np.ndarray:
-    """A colour per column such that no two columns of one colour share a row (greedy, natural order)."""
-    import scipy.sparse
-
-    structure = scipy.sparse.csr_matrix((np.ones(pattern.nnz, dtype=np.int8), pattern.indices, pattern.indptr),
-                                        shape=pattern.shape)
-    by_column = structure.tocsc()  # counting sort, O(nnz): the rows of each column
-    as_int64 = (np.asarray(a, dtype=np.int64) for a in (pattern.indptr, pattern.indices, by_column.indptr,
-                                                        by_column.indices))
-    return _greedy_colouring(*as_int64, pattern.shape[1])
 
 
 def _as_pattern(pattern: Any, shape: tuple[int, int]) -> CSRPattern:
@@ -97,17 +66,24 @@ def _detect(dense_at: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, s
     return SparseMatrix.from_dense(mask.to(torch.float64)).pattern
 
 
-def _recover(pattern: CSRPattern, colours: np.ndarray, products: Callable[[torch.Tensor], torch.Tensor],
-             x: torch.Tensor) -> SparseMatrix:
+def _compressed(colours: np.ndarray, products: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+                ) -> torch.Tensor:
+    """(colours, m): the product with each colour's seed (the sum of its unit vectors)."""
     n_colours = int(colours.max()) + 1 if colours.size else 0
     colour_t = torch.as_tensor(colours, device=x.device)
-    if n_colours == 0:
-        return SparseMatrix._wrap(pattern, torch.zeros(0, dtype=x.dtype, device=x.device))
     seeds = (colour_t[None, :] == torch.arange(n_colours, device=x.device)[:, None]).to(x.dtype)
     try:
-        stacked = torch.func.vmap(products)(seeds)  # (colours, m): all compressed products in one call
+        return torch.func.vmap(products)(seeds)  # all compressed products in one call
     except (RuntimeError, NotImplementedError):  # f uses an op without a batching rule: one by one
-        stacked = torch.stack([products(seed) for seed in seeds])
+        return torch.stack([products(seed) for seed in seeds])
+
+
+def _recover(pattern: CSRPattern, colours: np.ndarray, products: Callable[[torch.Tensor], torch.Tensor],
+             x: torch.Tensor) -> SparseMatrix:
+    if colours.size == 0 or pattern.nnz == 0:
+        return SparseMatrix._wrap(pattern, torch.zeros(pattern.nnz, dtype=x.dtype, device=x.device))
+    colour_t = torch.as_tensor(colours, device=x.device)
+    stacked = _compressed(colours, products, x)
     rows = torch.as_tensor(pattern.rows, device=x.device)
     cols = torch.as_tensor(pattern.indices.astype(np.int64), device=x.device)
     return SparseMatrix._wrap(pattern, stacked[colour_t[cols], rows])
@@ -141,14 +117,26 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     return _recover(pattern, colours, lambda v: torch.func.jvp(f, (x,), (v,))[1], x)
 
 
-def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None) -> SparseMatrix:
+def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None,
+            colouring: str = "star") -> SparseMatrix:
     """The Hessian of scalar f at x as a SparseMatrix, by colouring and compressed Hessian-vector
-    products (forward over reverse). `pattern` as in `jacobian` (square, n x n)."""
+    products (forward over reverse). `pattern` as in `jacobian` (square, n x n; symmetrised).
+
+    `colouring="star"` (default) needs fewer products than `"distance1"` (columns sharing a row
+    differ), both recover each entry directly (no solves)."""
     x = _check_x(x)
     gradient = torch.func.grad(f)
     shape = (x.shape[0], x.shape[0])
     if pattern is None:
         pattern = _detect(lambda p: torch.func.jacfwd(gradient)(p), x, shape)
-    pattern = _as_pattern(pattern, shape)
-    colours = colour_columns(pattern)
-    return _recover(pattern, colours, lambda v: torch.func.jvp(gradient, (x,), (v,))[1], x)
+    pattern = symmetric_pattern(_as_pattern(pattern, shape))
+    hvp = lambda v: torch.func.jvp(gradient, (x,), (v,))[1]  # noqa: E731
+    if colouring == "distance1":
+        return _recover(pattern, colour_columns(pattern), hvp, x)
+    if colouring != "star":
+        raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
+    colours = star_colouring(pattern)
+    source_row, source_colour = star_recovery(pattern, colours)
+    stacked = _compressed(colours, hvp, x)
+    values = stacked[torch.as_tensor(source_colour, device=x.device), torch.as_tensor(source_row, device=x.device)]
+    return SparseMatrix._wrap(pattern, values)
