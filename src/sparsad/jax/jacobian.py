@@ -21,7 +21,7 @@ import numpy as np
 
 from sparsad.errors import InputError, ShapeError
 from sparsad.jax.matrix import SparseMatrix
-from sparsad.ops.colouring import colour_columns, star_colouring, star_recovery, symmetric_pattern
+from sparsad.ops.colouring import compression_plan, symmetric_pattern
 from sparsad.ops.pattern import CSRPattern
 
 #: Without a pattern, detection evaluates the dense derivative; refused above this many entries.
@@ -86,14 +86,19 @@ def _check_x(x: Any):
     return jnp.asarray(x)
 
 
-def _compressed(colours: np.ndarray, products: Callable, x):
-    """(colours, m): the product with each colour's seed (the sum of its unit vectors), batched."""
+def _recover(pattern: CSRPattern, kind: str, products: Callable, x) -> SparseMatrix:
+    """Colour (once per pattern), compress with one vmapped product per colour, read entries off."""
     import jax
     import jax.numpy as jnp
 
-    n_colours = int(colours.max()) + 1 if colours.size else 0
+    colours, gather = compression_plan(pattern, kind)
+    n_colours = int(colours.max()) + 1
     seeds = jnp.asarray(colours[None, :] == np.arange(n_colours)[:, None], dtype=x.dtype)
-    return jax.vmap(products)(seeds)
+    stacked = jax.vmap(products)(seeds)
+    if stacked.ndim != 2 or stacked.shape[1] != pattern.shape[0]:
+        raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
+                         f"{pattern.shape[0]} rows; f must return a 1-D array of that length")
+    return SparseMatrix(pattern, stacked.reshape(-1)[gather])
 
 
 def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
@@ -110,9 +115,7 @@ def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
     pattern = _as_pattern(_detect(jax.jacfwd(f), x, shape) if pattern is None else pattern, shape)
     if pattern.nnz == 0:
         return SparseMatrix(pattern, jnp.zeros(0, dtype=out.dtype))
-    colours = colour_columns(pattern)
-    stacked = _compressed(colours, lambda v: jax.jvp(f, (x,), (v,))[1], x)
-    return SparseMatrix(pattern, stacked[colours[pattern.indices], pattern.rows])
+    return _recover(pattern, "jacobian", lambda v: jax.jvp(f, (x,), (v,))[1], x)
 
 
 def hessian(f: Callable, x: Any, pattern: Any = None, colouring: str = "star") -> SparseMatrix:
@@ -123,18 +126,12 @@ def hessian(f: Callable, x: Any, pattern: Any = None, colouring: str = "star") -
     import jax.numpy as jnp
 
     x = _check_x(x)
+    if colouring not in ("star", "distance1"):
+        raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
     gradient = jax.grad(f)
     shape = (x.shape[0], x.shape[0])
     pattern = _as_pattern(_detect(jax.hessian(f), x, shape) if pattern is None else pattern, shape)
     pattern = symmetric_pattern(pattern)
     if pattern.nnz == 0:
         return SparseMatrix(pattern, jnp.zeros(0, dtype=x.dtype))
-    hvp = lambda v: jax.jvp(gradient, (x,), (v,))[1]  # noqa: E731
-    if colouring == "distance1":
-        colours = colour_columns(pattern)
-        return SparseMatrix(pattern, _compressed(colours, hvp, x)[colours[pattern.indices], pattern.rows])
-    if colouring != "star":
-        raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
-    colours = star_colouring(pattern)
-    source_row, source_colour = star_recovery(pattern, colours)
-    return SparseMatrix(pattern, _compressed(colours, hvp, x)[source_colour, source_row])
+    return _recover(pattern, colouring, lambda v: jax.jvp(gradient, (x,), (v,))[1], x)

@@ -183,3 +183,24 @@ def star_recovery(pattern: CSRPattern, colours: np.ndarray) -> tuple[np.ndarray,
         raise InputError(f"the colouring is not a star colouring: entry ({rows[e]}, {indices[e]}) cannot be "
                          "recovered from the compressed products")
     return source_row, source_colour
+
+
+def compression_plan(pattern: CSRPattern, kind: str = "jacobian") -> tuple[np.ndarray, np.ndarray]:
+    """(colours, gather): the column colours, and for each stored entry its flat position
+    colour * rows + row in the compressed products laid out as (colours, rows).
+
+    kind: "jacobian" or "distance1" (distance-1 colouring, entry (i, j) at (colour(j), i)) or
+    "star" (star colouring of a symmetric pattern, each entry where it sits alone). Kept on the
+    pattern: a pattern reused for new points is coloured once."""
+    cache = pattern.__dict__.setdefault("_compression_plans", {})
+    if kind not in cache:
+        if kind in ("jacobian", "distance1"):
+            colours = colour_columns(pattern)
+            source_row, source_colour = np.asarray(pattern.rows, dtype=np.int64), colours[pattern.indices]
+        elif kind == "star":
+            colours = star_colouring(pattern)
+            source_row, source_colour = star_recovery(pattern, colours)
+        else:
+            raise InputError(f"unknown colouring {kind!r}; use 'star' or 'distance1'")
+        cache[kind] = (colours, source_colour * pattern.shape[0] + source_row)
+    return cache[kind]

@@ -24,15 +24,22 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from sparsad.errors import InputError, ShapeError
-from sparsad.ops.colouring import colour_columns, star_colouring, star_recovery, symmetric_pattern
+from sparsad.ops.colouring import colour_columns, compression_plan, symmetric_pattern
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.matrix import SparseMatrix
 
 #: Without a pattern, detection evaluates the dense Jacobian; refused above this many entries.
 DETECT_MAX_ENTRIES = 10_000_000
 
+#: Compressed products are batched with vmap up to this many seed entries (colours x n), one by one
+#: above: vmap saves per-call overhead on small inputs, but some batching rules (pad, measured 2x at
+#: n = 10^6) cost more than a loop of plain JVPs on large ones.
+VMAP_MAX_ENTRIES = 1 << 20
 
-def _as_pattern(pattern: Any, shape: tuple[int, int]) -> CSRPattern:
+
+def _as_pattern(pattern: Any, shape: tuple[int | None, int]) -> CSRPattern:
+    """A CSRPattern from the accepted forms; `shape` (rows may be None: f's output length, checked
+    against the products later) must match."""
     import scipy.sparse
 
     if isinstance(pattern, SparseMatrix):
@@ -47,8 +54,9 @@ def _as_pattern(pattern: Any, shape: tuple[int, int]) -> CSRPattern:
     if not isinstance(pattern, CSRPattern):
         raise InputError(f"pattern must be a SparseMatrix, CSRPattern, scipy sparse matrix or dense 0/1 tensor, "
                          f"got {type(pattern).__name__}")
-    if pattern.shape != shape:
-        raise ShapeError(f"pattern has shape {pattern.shape} but the derivative has shape {shape}")
+    if pattern.shape[1] != shape[1] or (shape[0] is not None and pattern.shape[0] != shape[0]):
+        wanted = f"({'m' if shape[0] is None else shape[0]}, {shape[1]})"
+        raise ShapeError(f"pattern has shape {pattern.shape} but the derivative has shape {wanted}")
     return pattern
 
 
@@ -72,21 +80,27 @@ def _compressed(colours: np.ndarray, products: Callable[[torch.Tensor], torch.Te
     n_colours = int(colours.max()) + 1 if colours.size else 0
     colour_t = torch.as_tensor(colours, device=x.device)
     seeds = (colour_t[None, :] == torch.arange(n_colours, device=x.device)[:, None]).to(x.dtype)
-    try:
-        return torch.func.vmap(products)(seeds)  # all compressed products in one call
-    except (RuntimeError, NotImplementedError):  # f uses an op without a batching rule: one by one
-        return torch.stack([products(seed) for seed in seeds])
+    if seeds.numel() <= VMAP_MAX_ENTRIES:
+        try:
+            return torch.func.vmap(products)(seeds)  # all compressed products in one call
+        except (RuntimeError, NotImplementedError):  # f uses an op without a batching rule
+            pass
+    return torch.stack([products(seed) for seed in seeds])
 
 
-def _recover(pattern: CSRPattern, colours: np.ndarray, products: Callable[[torch.Tensor], torch.Tensor],
+def _recover(pattern: CSRPattern, kind: str, products: Callable[[torch.Tensor], torch.Tensor],
              x: torch.Tensor) -> SparseMatrix:
-    if colours.size == 0 or pattern.nnz == 0:
-        return SparseMatrix._wrap(pattern, torch.zeros(pattern.nnz, dtype=x.dtype, device=x.device))
-    colour_t = torch.as_tensor(colours, device=x.device)
+    """Colour (once per pattern), compress, and read every stored entry off the products."""
+    from sparsad.torch.linalg import _index
+
+    if pattern.nnz == 0:
+        return SparseMatrix._wrap(pattern, torch.zeros(0, dtype=x.dtype, device=x.device))
+    colours, gather = compression_plan(pattern, kind)
     stacked = _compressed(colours, products, x)
-    rows = torch.as_tensor(pattern.rows, device=x.device)
-    cols = torch.as_tensor(pattern.indices.astype(np.int64), device=x.device)
-    return SparseMatrix._wrap(pattern, stacked[colour_t[cols], rows])
+    if stacked.ndim != 2 or stacked.shape[1] != pattern.shape[0]:
+        raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
+                         f"{pattern.shape[0]} rows; f must return a 1-D tensor of that length")
+    return SparseMatrix._wrap(pattern, stacked.reshape(-1)[_index(gather, x.device, pattern, f"gather_{kind}")])
 
 
 def _check_x(x: Any) -> torch.Tensor:
@@ -104,17 +118,16 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     `pattern` gives the structural nonzeros (recommended; required for large n); without it the
     pattern is detected from dense Jacobians at x and two random points (guarded by size). Entries
     outside the given pattern are assumed zero: a pattern that misses a nonzero gives a wrong result.
+    Pass the same SparseMatrix or CSRPattern again to reuse its colouring.
     """
     x = _check_x(x)
-    y = f(x)
-    if not isinstance(y, torch.Tensor) or y.ndim != 1:
-        raise InputError("f must return a 1-D tensor")
-    shape = (y.shape[0], x.shape[0])
     if pattern is None:
-        pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, shape)
-    pattern = _as_pattern(pattern, shape)
-    colours = colour_columns(pattern)
-    return _recover(pattern, colours, lambda v: torch.func.jvp(f, (x,), (v,))[1], x)
+        y = f(x)
+        if not isinstance(y, torch.Tensor) or y.ndim != 1:
+            raise InputError("f must return a 1-D tensor")
+        pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, (y.shape[0], x.shape[0]))
+    pattern = _as_pattern(pattern, (None, x.shape[0]))
+    return _recover(pattern, "jacobian", lambda v: torch.func.jvp(f, (x,), (v,))[1], x)
 
 
 def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None,
@@ -125,18 +138,11 @@ def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern:
     `colouring="star"` (default) needs fewer products than `"distance1"` (columns sharing a row
     differ), both recover each entry directly (no solves)."""
     x = _check_x(x)
+    if colouring not in ("star", "distance1"):
+        raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
     gradient = torch.func.grad(f)
     shape = (x.shape[0], x.shape[0])
     if pattern is None:
         pattern = _detect(lambda p: torch.func.jacfwd(gradient)(p), x, shape)
     pattern = symmetric_pattern(_as_pattern(pattern, shape))
-    hvp = lambda v: torch.func.jvp(gradient, (x,), (v,))[1]  # noqa: E731
-    if colouring == "distance1":
-        return _recover(pattern, colour_columns(pattern), hvp, x)
-    if colouring != "star":
-        raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
-    colours = star_colouring(pattern)
-    source_row, source_colour = star_recovery(pattern, colours)
-    stacked = _compressed(colours, hvp, x)
-    values = stacked[torch.as_tensor(source_colour, device=x.device), torch.as_tensor(source_row, device=x.device)]
-    return SparseMatrix._wrap(pattern, values)
+    return _recover(pattern, colouring, lambda v: torch.func.jvp(gradient, (x,), (v,))[1], x)
