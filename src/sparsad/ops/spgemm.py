@@ -33,13 +33,17 @@ from numba import njit
 from sparsad.errors import DTypeError, ShapeError
 from sparsad.ops.pattern import CSRPattern
 
+_INSERTION_SORT_MAX = 32  # rows up to this long are insertion-sorted in place
+
+
 @njit(cache=True, nogil=True)
 def _sort_row(indices, start, stop, marker, row, low, high, bounds, runs, src, dst):  # pragma: no cover
     """Sort indices[start:stop], the distinct columns of one output row (marked marker[j] == row).
 
     The row was filled as `runs` sorted runs (the new columns of each B row, B's rows being
     sorted), starting at bounds[0 .. runs - 1]. A dense scan of [low, high] when the columns fill
-    that span closely (no comparisons); otherwise the runs are merged pairwise, O(count log runs)."""
+    that span closely (no comparisons), insertion sort for short rows (no copies), and otherwise
+    the runs are merged pairwise, O(count log runs)."""
     count = stop - start
     if count <= 1 or runs <= 1:
         return
@@ -49,6 +53,15 @@ def _sort_row(indices, start, stop, marker, row, low, high, bounds, runs, src, d
             if marker[j] == row:
                 indices[pos] = j
                 pos += 1
+        return
+    if count <= _INSERTION_SORT_MAX:  # short rows: insertion sort, near-linear on runs, no copies
+        for t in range(start + 1, stop):
+            value = indices[t]
+            s = t - 1
+            while s >= start and indices[s] > value:
+                indices[s + 1] = indices[s]
+                s -= 1
+            indices[s + 1] = value
         return
     for t in range(count):
         src[t] = indices[start + t]
