@@ -6,6 +6,8 @@ import pytest
 import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparsad.errors import InputError, ShapeError
 from sparsad.ops.pattern import CSRPattern
@@ -99,3 +101,27 @@ def test_lu_slogdet_sign_and_empty_matrices():
     pattern = CSRPattern(np.zeros(4, dtype=np.int64), np.zeros(0, dtype=np.int64), (3, 3))
     with pytest.raises(InputError, match="singular"):  # no stored diagonal: our error, not IndexError
         check_triangular(pattern, np.zeros(0), lower=True, unit=False)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 60), density=st.floats(0.0, 0.6), blocks=st.integers(0, 3), seed=st.integers(0, 2**31))
+def test_supernodal_selected_inverse_matches_dense_and_reuses_its_pattern(n, density, blocks, seed):
+    """Random SPD patterns with dense diagonal blocks (wide supernodes) and explicit zeros; the
+    symbolic phase kept on the pattern must serve a second factor of new values exactly."""
+    from sparsad.ops.solve import CholeskyFactor
+
+    rng = np.random.default_rng(seed)
+    mask = rng.random((n, n)) < density
+    for _ in range(blocks):
+        start, width = rng.integers(0, n), rng.integers(1, max(2, n // 3))
+        mask[start:start + width, start:start + width] = True
+    mask = mask | mask.T | np.eye(n, dtype=bool)
+    rows, cols = np.nonzero(mask)
+    pattern = csr_parts(sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)))[0]
+    for trial in range(2):
+        weights = np.where(rng.random((n, n)) < 0.1, 0.0, rng.standard_normal((n, n))) * mask
+        dense = (weights + weights.T) / 2 + np.diag(np.abs(weights).sum(1) + 1.0)  # diagonally dominant
+        values = dense[pattern.rows, pattern.indices]
+        factor = CholeskyFactor(pattern, values)
+        expected = np.linalg.inv(dense)[pattern.indices, pattern.rows]
+        np.testing.assert_allclose(factor.selected_inverse(), expected, rtol=1e-9, atol=1e-12 * abs(expected).max())

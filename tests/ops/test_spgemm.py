@@ -98,3 +98,21 @@ def test_bad_arguments_raise_our_errors():
         product.values(np.ones(2), np.ones(2))
     with pytest.raises(DTypeError, match="float32 or float64"):
         product.values(np.ones(3, dtype=np.int64), np.ones(2))
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 40), k=st.integers(1, 6), seed=st.integers(0, 2**31))
+def test_first_call_grows_and_sorts_rows_made_of_many_runs(n, k, seed):
+    """Outer-product-like products (output far beyond the inputs' size: the buffers must grow) with
+    scattered columns (each row is k interleaved sorted runs, merged rather than scanned)."""
+    rng = np.random.default_rng(seed)
+    a = sp.random(n, k, density=1.0, format="csr", random_state=rng)
+    b = sp.csr_matrix(sp.random(k, 50 * n, density=min(1.0, 3.0 / n), random_state=rng))
+    a.sort_indices(), b.sort_indices()
+    product, values = SpGEMM.with_values(pattern_of(a), pattern_of(b), a.data, b.data)
+    expected = structural(a, b)
+    assert np.array_equal(product.pattern.indptr, expected.indptr)
+    assert np.array_equal(product.pattern.indices, expected.indices)  # sorted within rows
+    dense = (a @ b).toarray()
+    np.testing.assert_allclose(values, dense[product.pattern.rows, product.pattern.indices], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(product.values(a.data, b.data), values, rtol=1e-12, atol=1e-12)

@@ -161,3 +161,27 @@ def test_splu_reused_for_solves_both_ways():
     torch.testing.assert_close(lu.solve(b, transpose=True), torch.linalg.solve(dense.T, b))
     assert sat.gradcheck(lambda A, b: sat.splu_solve(sat.splu(A), b, transpose=True), [A, b])
     assert sat.gradgradcheck(lambda A, b: sat.splu(A).solve(b), [A, b])
+
+
+@pytest.mark.parametrize("write", ["inplace", "data", "numpy"])
+def test_a_factor_whose_matrix_changed_in_place_is_refused(write):
+    """Every way of writing the values in place (torch in-place op, .data, a NumPy view, none of
+    the last two bumping torch's version counter) makes the factor refuse a backward."""
+    matrix = sp.diags([[-1.0] * 5, [4.0] * 6, [-1.0] * 5], [-1, 0, 1]).tocsr()
+    A = SparseMatrix.from_scipy(matrix, requires_grad=True)
+    factor = sat.cholesky(A)
+    x = factor.solve(torch.ones(6, dtype=torch.float64))
+    with torch.no_grad():
+        if write == "inplace":
+            A.values.mul_(2.0)
+        elif write == "data":
+            A.values.data[0] += 1.0
+        else:
+            A.values.detach().numpy()[-1] += 1.0
+    with pytest.raises(InputError, match="changed after it was factored"):  # a new solve with the factor
+        factor.solve(torch.ones(6, dtype=torch.float64))
+    # the backward of the earlier solve: torch's own saved-tensor check refuses a torch in-place op
+    refusal = (RuntimeError, "modified by an inplace operation") if write == "inplace" else \
+        (InputError, "changed after it was factored")
+    with pytest.raises(refusal[0], match=refusal[1]):
+        x.sum().backward()

@@ -17,9 +17,27 @@ from sparsad.ops.pattern import CSRPattern
 
 
 @njit(cache=True, nogil=True)
-def _cholesky_structure(indptr, indices, n):  # pragma: no cover - compiled
-    """Row patterns of the Cholesky factor of a symmetric pattern (CSR, sorted rows): the
-    elimination tree, then for each row k the etree paths from the entries A[k, i < k]."""
+def _permuted_rows(indptr, indices, perm):  # pragma: no cover - compiled
+    """CSR of P A P^T (entry (i, j) moved to (perm[i], perm[j])), rows left unsorted."""
+    n = indptr.shape[0] - 1
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        out_ptr[perm[i] + 1] = indptr[i + 1] - indptr[i]
+    for i in range(n):
+        out_ptr[i + 1] += out_ptr[i]
+    out_cols = np.empty(indices.shape[0], dtype=np.int64)
+    for i in range(n):
+        start = out_ptr[perm[i]]
+        for p in range(indptr[i], indptr[i + 1]):
+            out_cols[start + p - indptr[i]] = perm[indices[p]]
+    return out_ptr, out_cols
+
+
+@njit(cache=True, nogil=True)
+def _cholesky_columns(indptr, indices, n):  # pragma: no cover - compiled
+    """The strictly lower pattern of the Cholesky factor of a symmetric pattern (CSR, rows in any
+    order) as CSC with sorted rows: the elimination tree, then row k's pattern as the etree paths
+    from the entries A[k, i < k]; rows arrive in increasing k, so every column comes out sorted."""
     parent = np.full(n, -1, dtype=np.int64)
     ancestor = np.full(n, -1, dtype=np.int64)
     for k in range(n):
@@ -32,75 +50,149 @@ def _cholesky_structure(indptr, indices, n):  # pragma: no cover - compiled
                     parent[i] = k
                 i = following
     mark = np.full(n, -1, dtype=np.int64)
-    counts = np.zeros(n + 1, dtype=np.int64)
-    for k in range(n):  # first pass: counts
+    col_ptr = np.zeros(n + 1, dtype=np.int64)
+    for k in range(n):  # first pass: column counts
         mark[k] = k
         for p in range(indptr[k], indptr[k + 1]):
             i = indices[p]
             while i < k and mark[i] != k:
                 mark[i] = k
-                counts[k + 1] += 1
+                col_ptr[i + 1] += 1
                 i = parent[i]
     for k in range(n):
-        counts[k + 1] += counts[k]
-    cols = np.empty(counts[n], dtype=np.int64)
+        col_ptr[k + 1] += col_ptr[k]
+    fill = col_ptr[:n].copy()
+    col_rows = np.empty(col_ptr[n], dtype=np.int64)
     mark[:] = -1
     for k in range(n):
         mark[k] = k
-        pos = counts[k]
         for p in range(indptr[k], indptr[k + 1]):
             i = indices[p]
             while i < k and mark[i] != k:
                 mark[i] = k
-                cols[pos] = i
-                pos += 1
+                col_rows[fill[i]] = k
+                fill[i] += 1
                 i = parent[i]
-        cols[counts[k]:counts[k + 1]].sort()
-    return counts, cols
+    return col_ptr, col_rows
 
 
 @njit(cache=True, nogil=True)
-def _find(col_ptr, col_rows, column, row):  # pragma: no cover - compiled
-    lo, hi = col_ptr[column], col_ptr[column + 1]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if col_rows[mid] < row:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo if lo < col_ptr[column + 1] and col_rows[lo] == row else -1
+def _supernodes(col_ptr, col_rows):  # pragma: no cover - compiled
+    """Starts of the fundamental supernodes of a closed lower pattern: column j + 1 joins column
+    j's supernode when column j's rows are exactly {j + 1} and column j + 1's rows."""
+    n = col_ptr.shape[0] - 1
+    starts = [0]
+    for j in range(n - 1):
+        count = col_ptr[j + 1] - col_ptr[j]
+        if not (count >= 1 and col_rows[col_ptr[j]] == j + 1 and count == col_ptr[j + 2] - col_ptr[j + 1] + 1):
+            starts.append(j + 1)
+    starts.append(n)
+    return np.array(starts, dtype=np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _unit_lower_solve_rows(XT, L):  # pragma: no cover - compiled
+    """XT <- (X L^-1)^T in place for XT = X^T (rows contiguous), L unit lower triangular."""
+    w = L.shape[0]
+    for c in range(w - 1, -1, -1):
+        for r in range(c + 1, w):
+            lrc = L[r, c]
+            if lrc != 0.0:
+                for i in range(XT.shape[1]):
+                    XT[c, i] -= XT[r, i] * lrc
 
 
 @njit(cache=True, nogil=True)
 def _takahashi(col_ptr, col_rows, lvals, d):  # pragma: no cover - compiled
-    """Entries of (L D L^T)^-1 on the (closed) pattern of the strictly lower factor, by columns
-    from the last (Takahashi / Erisman-Tinney); returns (off-diagonal values, diagonal)."""
+    """Entries of Z = (L D L^T)^-1 on the pattern of the strictly lower unit factor L (CSC, sorted
+    rows, closed under fill), from the last supernode to the first (Takahashi / Erisman-Tinney).
+
+    Z L = L^-T D^-1 is upper triangular, so for a supernode J with below-rows S:
+        Z_SJ = -Z_SS L_SJ L_JJ^-1,    Z_JJ = (L_JJ^-T D_J^-1 - Z_SJ^T L_SJ) L_JJ^-1.
+    Z_SS is gathered from columns already done (stored in column min(i, k) by closure) through a
+    row -> slot map. The dense products are plain loops with contiguous inner loops: BLAS calls
+    here would be tiny and, on a loaded machine, its threads cost more than they save.
+    Returns (values on L's pattern, diagonal)."""
     n = d.shape[0]
     z = np.zeros(lvals.shape[0], dtype=d.dtype)
     zdiag = np.zeros(n, dtype=d.dtype)
-    ok = True
-    for j in range(n - 1, -1, -1):
-        start, stop = col_ptr[j], col_ptr[j + 1]
-        for a in range(start, stop):
-            i = col_rows[a]
-            acc = 0.0
-            for b in range(start, stop):
-                r = col_rows[b]
-                if r == i:
-                    acc += lvals[b] * zdiag[i]
-                else:
-                    low, high = (i, r) if i < r else (r, i)
-                    pos = _find(col_ptr, col_rows, low, high)
-                    if pos < 0:
-                        ok = False
-                    else:
-                        acc += lvals[b] * z[pos]
-            z[a] = -acc
-        acc = 1.0 / d[j]
-        for a in range(start, stop):
-            acc -= lvals[a] * z[a]
-        zdiag[j] = acc
-    return z, zdiag, ok
+    where = np.full(n, -1, dtype=np.int64)
+    starts = _supernodes(col_ptr, col_rows)
+    for block in range(starts.shape[0] - 2, -1, -1):
+        first, last = starts[block], starts[block + 1] - 1
+        w = last - first + 1
+        below = col_ptr[last] + 0  # S: the rows of the supernode's last column
+        s = col_ptr[last + 1] - below
+        for a in range(s):
+            where[col_rows[below + a]] = a
+        zss = np.empty((s, s), dtype=d.dtype)
+        for a in range(s):
+            k = col_rows[below + a]
+            zss[a, a] = zdiag[k]
+            for q in range(col_ptr[k], col_ptr[k + 1]):
+                slot = where[col_rows[q]]
+                if slot >= 0:
+                    zss[slot, a] = z[q]
+                    zss[a, slot] = z[q]
+        for a in range(s):
+            where[col_rows[below + a]] = -1
+        ljj = np.zeros((w, w), dtype=d.dtype)
+        lsjT = np.empty((w, s), dtype=d.dtype)  # L_SJ transposed: column c of the supernode, rows S
+        for c in range(w):
+            base = col_ptr[first + c]
+            for r in range(c + 1, w):
+                ljj[r, c] = lvals[base + r - c - 1]
+            for a in range(s):
+                lsjT[c, a] = lvals[base + w - c - 1 + a]
+        zsjT = np.zeros((w, s), dtype=d.dtype)  # (Z_SJ)^T = -(L_JJ^-T) L_SJ^T Z_SS
+        for c in range(w):
+            for b in range(s):
+                coefficient = lsjT[c, b]
+                if coefficient != 0.0:
+                    for a in range(s):
+                        zsjT[c, a] -= coefficient * zss[b, a]
+        _unit_lower_solve_rows(zsjT, ljj)
+        # T = L_JJ^-T D^-1 (upper triangular, back substitution) - Z_SJ^T L_SJ; Z_JJ = T L_JJ^-1
+        zjjT = np.zeros((w, w), dtype=d.dtype)
+        for c in range(w):
+            zjjT[c, c] = 1.0 / d[first + c]
+            for r in range(c - 1, -1, -1):
+                acc = 0.0
+                for t in range(r + 1, c + 1):
+                    acc += ljj[t, r] * zjjT[c, t]
+                zjjT[c, r] = -acc
+        for c1 in range(w):
+            for c2 in range(w):
+                acc = 0.0
+                for a in range(s):
+                    acc += zsjT[c1, a] * lsjT[c2, a]
+                zjjT[c2, c1] -= acc
+        _unit_lower_solve_rows(zjjT, ljj)
+        for c in range(w):
+            j = first + c
+            zdiag[j] = zjjT[c, c]
+            base = col_ptr[j]
+            for r in range(c + 1, w):
+                z[base + r - c - 1] = zjjT[c, r]
+            for a in range(s):
+                z[base + w - c - 1 + a] = zsjT[c, a]
+    return z, zdiag
+
+
+@njit(cache=True, nogil=True)
+def _positions(col_ptr, col_rows, columns, rows):  # pragma: no cover - compiled
+    """Position of (rows[e], columns[e]) in a CSC pattern with sorted rows, -1 where not stored."""
+    out = np.empty(columns.shape[0], dtype=np.int64)
+    for e in range(columns.shape[0]):
+        lo, hi = col_ptr[columns[e]], col_ptr[columns[e] + 1]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if col_rows[mid] < rows[e]:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[e] = lo if lo < col_ptr[columns[e] + 1] and col_rows[lo] == rows[e] else -1
+    return out
 
 
 class ConvergenceWarning(RuntimeWarning):
@@ -289,34 +381,48 @@ class CholeskyFactor(LUFactor):
         _, perm = pattern.transpose
         if not np.array_equal(self._values, self._values[perm]):
             return super().selected_inverse(transpose, block)
-        n = self.n
-        permuted = pattern.to_scipy(self._values)[np.argsort(self.perm)][:, np.argsort(self.perm)].tocsr()
-        permuted.sort_indices()
-        row_ptr, row_cols = _cholesky_structure(permuted.indptr.astype(np.int64), permuted.indices.astype(np.int64), n)
-        import scipy.sparse
-
-        lower_rows = scipy.sparse.csr_matrix((np.arange(row_cols.shape[0], dtype=np.float64) + 1, row_cols, row_ptr),
-                                            shape=(n, n)).tocsc()  # data: 1 + position in row order
-        lower_rows.sort_indices()
-        col_ptr, col_rows = lower_rows.indptr.astype(np.int64), lower_rows.indices.astype(np.int64)
-        factor = self.lu.L.tocsc()
-        factor.sort_indices()
-        factor_keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(factor.indptr)) * n + factor.indices
-        wanted = np.repeat(np.arange(n, dtype=np.int64), np.diff(col_ptr)) * n + col_rows
-        where = np.searchsorted(factor_keys, wanted)
-        found = where < factor_keys.shape[0]
-        found[found] = factor_keys[where[found]] == wanted[found]
-        lvals = np.where(found, factor.data[np.minimum(where, factor.data.shape[0] - 1)], 0.0).astype(self.dtype)
-        z, zdiag, ok = _takahashi(col_ptr, col_rows, lvals, self.d.astype(self.dtype))
-        if not ok:  # pragma: no cover - the structure is closed by construction
-            return super().selected_inverse(transpose, block)
-        pi, pj = self.perm[pattern.rows], self.perm[pattern.indices]
-        low, high = np.minimum(pi, pj), np.maximum(pi, pj)
-        keys = low.astype(np.int64) * n + high
-        out = zdiag[pi].astype(self.dtype)
-        off = pi != pj
-        out[off] = z[np.searchsorted(wanted, keys[off])]
+        col_ptr, col_rows, slots = self._symbolic()
+        z, zdiag = _takahashi(col_ptr, col_rows, self._strict_lower(col_ptr, col_rows), self.d.astype(self.dtype))
+        out = np.empty(pattern.nnz, dtype=self.dtype)
+        off = slots >= 0
+        out[off] = z[slots[off]]
+        out[~off] = zdiag[self.perm[pattern.rows[~off]]]
         return out
+
+    def _symbolic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The factor's strictly lower pattern (CSC, closed under fill) and, for each stored entry of
+        A, its slot there (-1 on the diagonal). Depends on the pattern and ordering only, so it is
+        kept on the pattern and reused by every factor of new values with the same ordering."""
+        cache = self.pattern.__dict__.setdefault("_takahashi_symbolic", {})
+        key = self.perm.tobytes()
+        if key not in cache:
+            pattern, n = self.pattern, self.n
+            perm = self.perm.astype(np.int64)
+            row_ptr, row_cols = _permuted_rows(pattern.indptr.astype(np.int64), pattern.indices.astype(np.int64), perm)
+            col_ptr, col_rows = _cholesky_columns(row_ptr, row_cols, n)
+            prow, pcol = perm[pattern.rows], perm[pattern.indices]
+            low, high = np.minimum(prow, pcol), np.maximum(prow, pcol)
+            slots = _positions(col_ptr, col_rows, low, high)
+            slots[low == high] = -1
+            cache.clear()  # one ordering kept per pattern
+            cache[key] = (col_ptr, col_rows, slots)
+        return cache[key]
+
+    def _strict_lower(self, col_ptr: np.ndarray, col_rows: np.ndarray) -> np.ndarray:
+        """SuperLU's unit lower factor's values on the closed pattern (entries SuperLU keeps beyond it,
+        from relaxed supernodes, are structural zeros and are dropped; missing ones are zero)."""
+        factor = self.lu.L
+        if not factor.has_sorted_indices:
+            factor = factor.copy()
+            factor.sort_indices()
+        columns = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(factor.indptr))
+        strict = factor.indices != columns
+        if np.array_equal(factor.indices[strict], col_rows) and \
+                np.array_equal(np.cumsum(np.bincount(columns[strict], minlength=self.n)), col_ptr[1:]):
+            return np.ascontiguousarray(factor.data[strict], dtype=self.dtype)
+        lcols = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(col_ptr))
+        where = _positions(factor.indptr.astype(np.int64), factor.indices.astype(np.int64), lcols, col_rows)
+        return np.where(where >= 0, factor.data[np.maximum(where, 0)], 0.0).astype(self.dtype)
 
     def logdet(self) -> float:
         """log det A = sum log D."""

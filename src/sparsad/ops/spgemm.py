@@ -33,17 +33,19 @@ from numba import njit
 from sparsad.errors import DTypeError, ShapeError
 from sparsad.ops.pattern import CSRPattern
 
-_INSERTION_SORT_MAX = 32  # rows shorter than this are sorted in place without allocating
+_INSERTION_SORT_MAX = 32  # rows up to this long are insertion-sorted in place
 
 
 @njit(cache=True, nogil=True)
-def _sort_row(indices, start, stop, marker, row, low, high):  # pragma: no cover - compiled
-    """Sort indices[start:stop] (the distinct columns of one output row, marked marker[j] == row).
+def _sort_row(indices, start, stop, marker, row, low, high, bounds, runs, src, dst):  # pragma: no cover
+    """Sort indices[start:stop], the distinct columns of one output row (marked marker[j] == row).
 
-    A dense scan of [low, high] when the columns fill that span closely enough (no comparisons),
-    insertion sort for short rows, an in-place sort otherwise."""
+    The row was filled as `runs` sorted runs (the new columns of each B row, B's rows being
+    sorted), starting at bounds[0 .. runs - 1]. A dense scan of [low, high] when the columns fill
+    that span closely (no comparisons), insertion sort for short rows (no copies), and otherwise
+    the runs are merged pairwise, O(count log runs)."""
     count = stop - start
-    if count <= 1:
+    if count <= 1 or runs <= 1:
         return
     if high - low < 4 * count:
         pos = start
@@ -51,7 +53,8 @@ def _sort_row(indices, start, stop, marker, row, low, high):  # pragma: no cover
             if marker[j] == row:
                 indices[pos] = j
                 pos += 1
-    elif count <= _INSERTION_SORT_MAX:
+        return
+    if count <= _INSERTION_SORT_MAX:  # short rows: insertion sort, near-linear on runs, no copies
         for t in range(start + 1, stop):
             value = indices[t]
             s = t - 1
@@ -59,8 +62,52 @@ def _sort_row(indices, start, stop, marker, row, low, high):  # pragma: no cover
                 indices[s + 1] = indices[s]
                 s -= 1
             indices[s + 1] = value
-    else:
-        indices[start:stop].sort()
+        return
+    for t in range(count):
+        src[t] = indices[start + t]
+    for r in range(runs):
+        bounds[r] -= start
+    bounds[runs] = count
+    while runs > 1:
+        merged = 0
+        for r in range(0, runs, 2):
+            lo, mid = bounds[r], bounds[r + 1]
+            hi = bounds[r + 2] if r + 2 <= runs else mid
+            a, b, out = lo, mid, lo
+            while a < mid and b < hi:
+                if src[a] < src[b]:
+                    dst[out] = src[a]
+                    a += 1
+                else:
+                    dst[out] = src[b]
+                    b += 1
+                out += 1
+            while a < mid:
+                dst[out] = src[a]
+                a += 1
+                out += 1
+            while b < hi:
+                dst[out] = src[b]
+                b += 1
+                out += 1
+            bounds[merged] = lo
+            merged += 1
+        bounds[merged] = count
+        runs = merged
+        src, dst = dst, src
+    for t in range(count):
+        indices[start + t] = src[t]
+
+
+@njit(cache=True, nogil=True)
+def _scratch(a_indptr, indptr):  # pragma: no cover - compiled
+    """Run bounds (one per A entry of a row, plus one) and two merge buffers (longest output row)."""
+    longest_a, longest_c = 0, 0
+    for i in range(a_indptr.shape[0] - 1):
+        longest_a = max(longest_a, np.int64(a_indptr[i + 1]) - np.int64(a_indptr[i]))
+        longest_c = max(longest_c, np.int64(indptr[i + 1]) - np.int64(indptr[i]))
+    return (np.empty(longest_a + 1, dtype=np.int64), np.empty(longest_c, dtype=np.int64),
+            np.empty(longest_c, dtype=np.int64))
 
 
 @njit(cache=True, nogil=True)
@@ -88,11 +135,14 @@ def _symbolic(a_indptr, a_indices, b_indptr, b_indices, n_cols):  # pragma: no c
     indptr = _row_counts(a_indptr, a_indices, b_indptr, b_indices, n_cols)
     indices = np.empty(indptr[-1], dtype=np.int64)
     marker = np.full(n_cols, -1, dtype=np.int64)
+    bounds, src, dst = _scratch(a_indptr, indptr)
     for i in range(indptr.shape[0] - 1):
         pos = indptr[i]
         low, high = n_cols, -1
+        runs = 0
         for p in range(a_indptr[i], a_indptr[i + 1]):
             k = a_indices[p]
+            bounds[runs] = pos
             for q in range(b_indptr[k], b_indptr[k + 1]):
                 j = b_indices[q]
                 if marker[j] != i:
@@ -100,24 +150,49 @@ def _symbolic(a_indptr, a_indices, b_indptr, b_indices, n_cols):  # pragma: no c
                     indices[pos] = j
                     pos += 1
                     low, high = min(low, j), max(high, j)
-        _sort_row(indices, indptr[i], indptr[i + 1], marker, i, low, high)
+            if pos > bounds[runs]:
+                runs += 1
+        _sort_row(indices, indptr[i], indptr[i + 1], marker, i, low, high, bounds, runs, src, dst)
     return indptr, indices
 
 
 @njit(cache=True, nogil=True)
 def _symbolic_numeric(a_indptr, a_indices, a, b_indptr, b_indices, b, n_cols):  # pragma: no cover - compiled
-    """`_symbolic` and `_product` fused (the first call): values accumulate in a dense row buffer."""
-    indptr = _row_counts(a_indptr, a_indices, b_indptr, b_indices, n_cols)
-    indices = np.empty(indptr[-1], dtype=np.int64)
-    values = np.empty(indptr[-1], dtype=a.dtype)
+    """`_symbolic` and `_product` fused in one pass (the first call): values accumulate in a dense
+    row buffer; the output arrays grow by doubling (O(output) memory, no counting pass)."""
+    m = a_indptr.shape[0] - 1
+    indptr = np.zeros(m + 1, dtype=np.int64)
+    capacity = max(16, 2 * (a_indices.shape[0] + b_indices.shape[0]))
+    indices = np.empty(capacity, dtype=np.int64)
+    values = np.empty(capacity, dtype=a.dtype)
     marker = np.full(n_cols, -1, dtype=np.int64)
     acc = np.zeros(n_cols, dtype=a.dtype)
-    for i in range(indptr.shape[0] - 1):
+    longest_a, longest_c = 1, 0
+    for i in range(m):
+        longest_a = max(longest_a, np.int64(a_indptr[i + 1]) - np.int64(a_indptr[i]))
+    bounds = np.empty(longest_a + 1, dtype=np.int64)
+    src = np.empty(0, dtype=np.int64)
+    dst = np.empty(0, dtype=np.int64)
+    for i in range(m):
         pos = indptr[i]
+        bound = 0  # this row has at most min(its terms, n_cols) entries
+        for p in range(a_indptr[i], a_indptr[i + 1]):
+            k = a_indices[p]
+            bound += np.int64(b_indptr[k + 1]) - np.int64(b_indptr[k])
+        bound = min(bound, n_cols)
+        if pos + bound > capacity:
+            capacity = max(2 * capacity, pos + bound)
+            grown_indices = np.empty(capacity, dtype=np.int64)
+            grown_indices[:pos] = indices[:pos]
+            grown_values = np.empty(capacity, dtype=a.dtype)
+            grown_values[:pos] = values[:pos]
+            indices, values = grown_indices, grown_values
         low, high = n_cols, -1
+        runs = 0
         for p in range(a_indptr[i], a_indptr[i + 1]):
             k = a_indices[p]
             ap = a[p]
+            bounds[runs] = pos
             for q in range(b_indptr[k], b_indptr[k + 1]):
                 j = b_indices[q]
                 if marker[j] != i:
@@ -128,10 +203,17 @@ def _symbolic_numeric(a_indptr, a_indices, a, b_indptr, b_indices, b, n_cols):  
                     low, high = min(low, j), max(high, j)
                 else:
                     acc[j] += ap * b[q]
-        _sort_row(indices, indptr[i], indptr[i + 1], marker, i, low, high)
-        for c in range(indptr[i], indptr[i + 1]):
+            if pos > bounds[runs]:
+                runs += 1
+        indptr[i + 1] = pos
+        if pos - indptr[i] > longest_c:
+            longest_c = pos - indptr[i]
+            src = np.empty(longest_c, dtype=np.int64)
+            dst = np.empty(longest_c, dtype=np.int64)
+        _sort_row(indices, indptr[i], pos, marker, i, low, high, bounds, runs, src, dst)
+        for c in range(indptr[i], pos):
             values[c] = acc[indices[c]]
-    return indptr, indices, values
+    return indptr, indices[:indptr[m]], values[:indptr[m]]
 
 
 @njit(cache=True, nogil=True)
@@ -176,6 +258,14 @@ def _towards_b(a_indptr, a_indices, a, b_indptr, b_indices, c_indptr, c_indices,
                 out[q] += ap * g[where[b_indices[q]]]
 
 
+def _unsigned(index: np.ndarray) -> np.ndarray:
+    """The index array as uint64 (spares Numba's negative-index test): a view when it is int64
+    (indices are validated non-negative), a copy otherwise."""
+    if index.dtype == np.int64 and index.flags.c_contiguous:
+        return index.view(np.uint64)
+    return np.ascontiguousarray(index, dtype=np.uint64)
+
+
 def _as_values(array, size: int, name: str) -> np.ndarray:
     array = np.ascontiguousarray(array)
     if array.dtype not in (np.float32, np.float64):
@@ -200,12 +290,12 @@ class SpGEMM:
             raise ShapeError(f"A @ B needs A.shape[1] == B.shape[0], got A {a.shape} and B {b.shape}")
         self.a_shape, self.b_shape = a.shape, b.shape
         # unsigned indices spare Numba's negative-index test on every access
-        self.a_indptr, self.a_indices = (np.asarray(x, dtype=np.uint64) for x in (a.indptr, a.indices))
-        self.b_indptr, self.b_indices = (np.asarray(x, dtype=np.uint64) for x in (b.indptr, b.indices))
+        self.a_indptr, self.a_indices = (_unsigned(x) for x in (a.indptr, a.indices))
+        self.b_indptr, self.b_indices = (_unsigned(x) for x in (b.indptr, b.indices))
         if indptr is None:
             indptr, indices = _symbolic(self.a_indptr, self.a_indices, self.b_indptr, self.b_indices, b.shape[1])
         self.pattern = CSRPattern(indptr, indices, (a.shape[0], b.shape[1]), check=False)
-        self._c_indptr, self._c_indices = (np.asarray(x, dtype=np.uint64) for x in (indptr, indices))
+        self._c_indptr, self._c_indices = (_unsigned(x) for x in (self.pattern.indptr, self.pattern.indices))
 
     @classmethod
     def with_values(cls, a: CSRPattern, b: CSRPattern, a_values, b_values) -> tuple["SpGEMM", np.ndarray]:
@@ -214,7 +304,7 @@ class SpGEMM:
         dtype = np.result_type(a_values, b_values)
         if a.shape[1] != b.shape[0]:
             raise ShapeError(f"A @ B needs A.shape[1] == B.shape[0], got A {a.shape} and B {b.shape}")
-        as_u64 = (np.asarray(x, dtype=np.uint64) for x in (a.indptr, a.indices, b.indptr, b.indices))
+        as_u64 = (_unsigned(x) for x in (a.indptr, a.indices, b.indptr, b.indices))
         ap, ai, bp, bi = as_u64
         indptr, indices, values = _symbolic_numeric(ap, ai, a_values.astype(dtype, copy=False), bp, bi,
                                                     b_values.astype(dtype, copy=False), b.shape[1])

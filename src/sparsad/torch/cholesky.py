@@ -3,7 +3,15 @@ differentiable solves and log-determinant, and sampling from N(0, A^-1) or N(0, 
 
 The factorisation is SciPy's SuperLU in symmetric mode (fill-reducing symmetric ordering,
 diagonal pivots only, so U = D L^T; see `sparsad.ops.solve.CholeskyFactor`). It is computed
-once and reused by every solve, log-determinant, backward and jvp of this factor.
+once and reused by every solve, log-determinant, backward and jvp of this factor. The gradient of
+logdet is the selected inverse on A's pattern, from that factor by a supernodal Takahashi
+recurrence (its symbolic phase is kept on the pattern and reused by factors of new values).
+
+Why not CHOLMOD: scikit-sparse ships no wheels on PyPI (source only); 0.5 needs SuiteSparse 7
+(Debian has 5.12), 0.4.16 builds only with the system libsuitesparse-dev and a C compiler, and
+measured on this project's 2-core machine its factorisation was no faster than SuperLU's symmetric
+mode on the SPD matrices of the benchmark. cholespy has wheels but exposes solves only (no factor,
+diagonal or log-determinant), so it cannot back logdet, its gradient or sampling.
 
 Gradient convention (masked, as everywhere in sparsad.torch): every stored value of A is its own
 variable, so d logdet / dA = A^-T and d(A^-1 b)/dA = -(A^-T g) x^T on A's pattern. For a

@@ -3,9 +3,10 @@ forward-mode products (Curtis-Powell-Reid).
 
 Columns that share no row of the Jacobian get one colour; one JVP with the sum of a colour's
 unit vectors yields all of those columns at once, so the cost is (number of colours) JVPs
-instead of n. The Hessian is recovered the same way from Hessian-vector products (forward over
-reverse), with a distance-1 colouring of its pattern (direct recovery; a star colouring would
-need fewer products and is not implemented).
+instead of n. The Hessian is recovered from Hessian-vector products (forward over reverse) with a star
+colouring of its (symmetrised) pattern: every entry is read directly from one of the two
+compressed products that hold it alone, so fewer products than a distance-1 colouring of the
+columns need (`colouring="distance1"` keeps that one). Colourings: `sparsad.ops.colouring`.
 
 Example:
     >>> import torch
@@ -22,48 +23,23 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from numba import njit
-
 from sparsad.errors import InputError, ShapeError
+from sparsad.ops.colouring import colour_columns, compression_plan, symmetric_pattern
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.matrix import SparseMatrix
 
 #: Without a pattern, detection evaluates the dense Jacobian; refused above this many entries.
 DETECT_MAX_ENTRIES = 10_000_000
 
-
-@njit(cache=True, nogil=True)
-def _greedy_colouring(indptr, indices, t_indptr, t_indices, n_cols):  # pragma: no cover - compiled
-    """Distance-1 colouring of the column intersection graph: columns sharing a row differ."""
-    colour = np.full(n_cols, -1, dtype=np.int64)
-    forbidden = np.full(n_cols + 1, -1, dtype=np.int64)  # forbidden[c] == j: colour c taken near j
-    for j in range(n_cols):
-        for p in range(t_indptr[j], t_indptr[j + 1]):
-            i = t_indices[p]
-            for q in range(indptr[i], indptr[i + 1]):
-                other = colour[indices[q]]
-                if other >= 0:
-                    forbidden[other] = j
-        c = 0
-        while forbidden[c] == j:
-            c += 1
-        colour[j] = c
-    return colour
+#: Compressed products are batched with vmap up to this many seed entries (colours x n), one by one
+#: above: vmap saves per-call overhead on small inputs, but some batching rules (pad, measured 2x at
+#: n = 10^6) cost more than a loop of plain JVPs on large ones.
+VMAP_MAX_ENTRIES = 1 << 20
 
 
-def colour_columns(pattern: CSRPattern) -> np.ndarray:
-    """A colour per column such that no two columns of one colour share a row (greedy, natural order)."""
-    import scipy.sparse
-
-    structure = scipy.sparse.csr_matrix((np.ones(pattern.nnz, dtype=np.int8), pattern.indices, pattern.indptr),
-                                        shape=pattern.shape)
-    by_column = structure.tocsc()  # counting sort, O(nnz): the rows of each column
-    as_int64 = (np.asarray(a, dtype=np.int64) for a in (pattern.indptr, pattern.indices, by_column.indptr,
-                                                        by_column.indices))
-    return _greedy_colouring(*as_int64, pattern.shape[1])
-
-
-def _as_pattern(pattern: Any, shape: tuple[int, int]) -> CSRPattern:
+def _as_pattern(pattern: Any, shape: tuple[int | None, int]) -> CSRPattern:
+    """A CSRPattern from the accepted forms; `shape` (rows may be None: f's output length, checked
+    against the products later) must match."""
     import scipy.sparse
 
     if isinstance(pattern, SparseMatrix):
@@ -78,8 +54,9 @@ def _as_pattern(pattern: Any, shape: tuple[int, int]) -> CSRPattern:
     if not isinstance(pattern, CSRPattern):
         raise InputError(f"pattern must be a SparseMatrix, CSRPattern, scipy sparse matrix or dense 0/1 tensor, "
                          f"got {type(pattern).__name__}")
-    if pattern.shape != shape:
-        raise ShapeError(f"pattern has shape {pattern.shape} but the derivative has shape {shape}")
+    if pattern.shape[1] != shape[1] or (shape[0] is not None and pattern.shape[0] != shape[0]):
+        wanted = f"({'m' if shape[0] is None else shape[0]}, {shape[1]})"
+        raise ShapeError(f"pattern has shape {pattern.shape} but the derivative has shape {wanted}")
     return pattern
 
 
@@ -97,20 +74,33 @@ def _detect(dense_at: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, s
     return SparseMatrix.from_dense(mask.to(torch.float64)).pattern
 
 
-def _recover(pattern: CSRPattern, colours: np.ndarray, products: Callable[[torch.Tensor], torch.Tensor],
-             x: torch.Tensor) -> SparseMatrix:
+def _compressed(colours: np.ndarray, products: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+                ) -> torch.Tensor:
+    """(colours, m): the product with each colour's seed (the sum of its unit vectors)."""
     n_colours = int(colours.max()) + 1 if colours.size else 0
     colour_t = torch.as_tensor(colours, device=x.device)
-    if n_colours == 0:
-        return SparseMatrix._wrap(pattern, torch.zeros(0, dtype=x.dtype, device=x.device))
     seeds = (colour_t[None, :] == torch.arange(n_colours, device=x.device)[:, None]).to(x.dtype)
-    try:
-        stacked = torch.func.vmap(products)(seeds)  # (colours, m): all compressed products in one call
-    except (RuntimeError, NotImplementedError):  # f uses an op without a batching rule: one by one
-        stacked = torch.stack([products(seed) for seed in seeds])
-    rows = torch.as_tensor(pattern.rows, device=x.device)
-    cols = torch.as_tensor(pattern.indices.astype(np.int64), device=x.device)
-    return SparseMatrix._wrap(pattern, stacked[colour_t[cols], rows])
+    if seeds.numel() <= VMAP_MAX_ENTRIES:
+        try:
+            return torch.func.vmap(products)(seeds)  # all compressed products in one call
+        except (RuntimeError, NotImplementedError):  # f uses an op without a batching rule
+            pass
+    return torch.stack([products(seed) for seed in seeds])
+
+
+def _recover(pattern: CSRPattern, kind: str, products: Callable[[torch.Tensor], torch.Tensor],
+             x: torch.Tensor) -> SparseMatrix:
+    """Colour (once per pattern), compress, and read every stored entry off the products."""
+    from sparsad.torch.linalg import _index
+
+    if pattern.nnz == 0:
+        return SparseMatrix._wrap(pattern, torch.zeros(0, dtype=x.dtype, device=x.device))
+    colours, gather = compression_plan(pattern, kind)
+    stacked = _compressed(colours, products, x)
+    if stacked.ndim != 2 or stacked.shape[1] != pattern.shape[0]:
+        raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
+                         f"{pattern.shape[0]} rows; f must return a 1-D tensor of that length")
+    return SparseMatrix._wrap(pattern, stacked.reshape(-1)[_index(gather, x.device, pattern, f"gather_{kind}")])
 
 
 def _check_x(x: Any) -> torch.Tensor:
@@ -128,6 +118,7 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     `pattern` gives the structural nonzeros (recommended; required for large n); without it the
     pattern is detected from dense Jacobians at x and two random points (guarded by size). Entries
     outside the given pattern are assumed zero: a pattern that misses a nonzero gives a wrong result.
+    Pass the same SparseMatrix or CSRPattern again to reuse its colouring.
 
     >>> import torch, sparsad.torch as st
     >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
@@ -136,20 +127,22 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
             [0., 4.]], dtype=torch.float64)
     """
     x = _check_x(x)
-    y = f(x)
-    if not isinstance(y, torch.Tensor) or y.ndim != 1:
-        raise InputError("f must return a 1-D tensor")
-    shape = (y.shape[0], x.shape[0])
     if pattern is None:
-        pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, shape)
-    pattern = _as_pattern(pattern, shape)
-    colours = colour_columns(pattern)
-    return _recover(pattern, colours, lambda v: torch.func.jvp(f, (x,), (v,))[1], x)
+        y = f(x)
+        if not isinstance(y, torch.Tensor) or y.ndim != 1:
+            raise InputError("f must return a 1-D tensor")
+        pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, (y.shape[0], x.shape[0]))
+    pattern = _as_pattern(pattern, (None, x.shape[0]))
+    return _recover(pattern, "jacobian", lambda v: torch.func.jvp(f, (x,), (v,))[1], x)
 
 
-def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None) -> SparseMatrix:
+def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None,
+            colouring: str = "star") -> SparseMatrix:
     """The Hessian of scalar f at x as a SparseMatrix, by colouring and compressed Hessian-vector
-    products (forward over reverse). `pattern` as in `jacobian` (square, n x n).
+    products (forward over reverse). `pattern` as in `jacobian` (square, n x n; symmetrised).
+
+    `colouring="star"` (default) needs fewer products than `"distance1"` (columns sharing a row
+    differ), both recover each entry directly (no solves).
 
     >>> import torch, sparsad.torch as st
     >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
@@ -158,10 +151,11 @@ def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern:
             [ 0., 12.]], dtype=torch.float64)
     """
     x = _check_x(x)
+    if colouring not in ("star", "distance1"):
+        raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
     gradient = torch.func.grad(f)
     shape = (x.shape[0], x.shape[0])
     if pattern is None:
         pattern = _detect(lambda p: torch.func.jacfwd(gradient)(p), x, shape)
-    pattern = _as_pattern(pattern, shape)
-    colours = colour_columns(pattern)
-    return _recover(pattern, colours, lambda v: torch.func.jvp(gradient, (x,), (v,))[1], x)
+    pattern = symmetric_pattern(_as_pattern(pattern, shape))
+    return _recover(pattern, colouring, lambda v: torch.func.jvp(gradient, (x,), (v,))[1], x)

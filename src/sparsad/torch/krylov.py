@@ -89,8 +89,9 @@ class _System:
         if isinstance(A, SparseMatrix):
             pattern, vals = A.pattern, values.detach()
             if transposed:
-                tpattern, perm = pattern.transpose
-                pattern, vals = tpattern, vals[torch.as_tensor(perm, device=vals.device)]
+                from sparsad.torch.linalg import pattern_index
+
+                pattern, vals = pattern.transpose[0], vals[pattern_index(pattern, "perm", vals.device)]
             self.pattern, self.values = pattern, vals
         else:
             self.operator = A.transposed() if transposed else A

@@ -1,0 +1,137 @@
+"""Sparse Jacobians and Hessians of JAX functions by colouring and compressed products.
+
+The same mechanism as `sparsad.torch.jacobian`, with the colourings of `sparsad.ops.colouring`:
+a distance-1 colouring of the Jacobian's columns (one `jax.jvp` per colour, all batched by
+`jax.vmap`), and a star colouring of the Hessian's symmetric pattern (one forward-over-reverse
+Hessian-vector product per colour, every entry read directly). The pattern is static (NumPy), so
+with `pattern=` given the functions trace under `jax.jit`; without it the pattern is detected
+from dense Jacobians at x and two random points near it (x must then be concrete; size-guarded).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> J = jacobian(lambda x: x[1:] * x[:-1], jnp.arange(1.0, 5.0))
+    >>> J.to_dense().tolist()
+    [[2.0, 1.0, 0.0, 0.0], [0.0, 3.0, 2.0, 0.0], [0.0, 0.0, 4.0, 3.0]]
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from sparsad.errors import InputError, ShapeError
+from sparsad.jax.matrix import SparseMatrix
+from sparsad.ops.colouring import compression_plan, symmetric_pattern
+from sparsad.ops.pattern import CSRPattern
+
+#: Without a pattern, detection evaluates the dense derivative; refused above this many entries.
+DETECT_MAX_ENTRIES = 10_000_000
+
+
+def _as_pattern(pattern: Any, shape: tuple[int, int]) -> CSRPattern:
+    import scipy.sparse
+
+    if isinstance(pattern, SparseMatrix):
+        pattern = pattern.pattern
+    elif scipy.sparse.issparse(pattern):
+        csr = scipy.sparse.csr_matrix(pattern, copy=True)
+        csr.sum_duplicates()
+        csr.sort_indices()
+        pattern = CSRPattern(csr.indptr, csr.indices, csr.shape, name="pattern")
+    elif type(pattern).__name__ in ("BCOO", "BCSR"):
+        pattern = (SparseMatrix.from_bcoo(pattern) if type(pattern).__name__ == "BCOO"
+                   else SparseMatrix.from_bcsr(pattern)).pattern
+    elif isinstance(pattern, np.ndarray) and pattern.ndim == 2:
+        pattern = _from_mask(pattern != 0)
+    if not isinstance(pattern, CSRPattern):
+        raise InputError(f"pattern must be a sparsad.jax.SparseMatrix, CSRPattern, BCOO/BCSR, scipy sparse matrix "
+                         f"or a dense 0/1 NumPy array, got {type(pattern).__name__}")
+    if pattern.shape != shape:
+        raise ShapeError(f"pattern has shape {pattern.shape} but the derivative has shape {shape}")
+    return pattern
+
+
+def _from_mask(mask: np.ndarray) -> CSRPattern:
+    rows, cols = np.nonzero(mask)
+    indptr = np.zeros(mask.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=mask.shape[0]), out=indptr[1:])
+    return CSRPattern(indptr, cols.astype(np.int64), mask.shape, check=False)
+
+
+def _detect(dense_at: Callable, x, shape: tuple[int, int]) -> CSRPattern:
+    import jax
+
+    if isinstance(x, jax.core.Tracer):
+        raise InputError("detecting the sparsity pattern needs a concrete x (not inside jit/vmap); pass pattern=...")
+    if shape[0] * shape[1] > DETECT_MAX_ENTRIES:
+        raise InputError(f"detecting the sparsity pattern evaluates a dense {shape[0]} x {shape[1]} derivative, "
+                         f"above DETECT_MAX_ENTRIES = {DETECT_MAX_ENTRIES}; pass pattern=... (a SparseMatrix, "
+                         "CSRPattern, BCOO or scipy matrix of the structural nonzeros)")
+    point = np.asarray(x)
+    mask = np.asarray(dense_at(x)) != 0
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        near = point + rng.standard_normal(point.shape).astype(point.dtype) * (1 + np.abs(point))
+        mask |= np.asarray(dense_at(jax.numpy.asarray(near))) != 0
+    return _from_mask(mask)
+
+
+def _check_x(x: Any):
+    import jax.numpy as jnp
+
+    if not hasattr(x, "ndim") or x.ndim != 1:
+        raise InputError(f"x must be a 1-D array, got {type(x).__name__} {getattr(x, 'shape', '')}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise InputError(f"x must be a floating-point array, got {x.dtype}")
+    return jnp.asarray(x)
+
+
+def _recover(pattern: CSRPattern, kind: str, products: Callable, x) -> SparseMatrix:
+    """Colour (once per pattern), compress with one vmapped product per colour, read entries off."""
+    import jax
+    import jax.numpy as jnp
+
+    colours, gather = compression_plan(pattern, kind)
+    n_colours = int(colours.max()) + 1
+    seeds = jnp.asarray(colours[None, :] == np.arange(n_colours)[:, None], dtype=x.dtype)
+    stacked = jax.vmap(products)(seeds)
+    if stacked.ndim != 2 or stacked.shape[1] != pattern.shape[0]:
+        raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
+                         f"{pattern.shape[0]} rows; f must return a 1-D array of that length")
+    return SparseMatrix(pattern, stacked.reshape(-1)[gather])
+
+
+def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
+    """The Jacobian of f: R^n -> R^m at x as a sparsad.jax.SparseMatrix, by a distance-1 column
+    colouring and compressed JVPs. Entries outside `pattern` are assumed zero."""
+    import jax
+    import jax.numpy as jnp
+
+    x = _check_x(x)
+    out = jax.eval_shape(f, x)
+    if len(out.shape) != 1:
+        raise InputError(f"f must return a 1-D array, got shape {out.shape}")
+    shape = (out.shape[0], x.shape[0])
+    pattern = _as_pattern(_detect(jax.jacfwd(f), x, shape) if pattern is None else pattern, shape)
+    if pattern.nnz == 0:
+        return SparseMatrix(pattern, jnp.zeros(0, dtype=out.dtype))
+    return _recover(pattern, "jacobian", lambda v: jax.jvp(f, (x,), (v,))[1], x)
+
+
+def hessian(f: Callable, x: Any, pattern: Any = None, colouring: str = "star") -> SparseMatrix:
+    """The Hessian of scalar f at x as a sparsad.jax.SparseMatrix, by a star colouring (default)
+    or a distance-1 colouring (`colouring="distance1"`) of its symmetrised pattern and compressed
+    Hessian-vector products (forward over reverse)."""
+    import jax
+    import jax.numpy as jnp
+
+    x = _check_x(x)
+    if colouring not in ("star", "distance1"):
+        raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
+    gradient = jax.grad(f)
+    shape = (x.shape[0], x.shape[0])
+    pattern = _as_pattern(_detect(jax.hessian(f), x, shape) if pattern is None else pattern, shape)
+    pattern = symmetric_pattern(pattern)
+    if pattern.nnz == 0:
+        return SparseMatrix(pattern, jnp.zeros(0, dtype=x.dtype))
+    return _recover(pattern, colouring, lambda v: jax.jvp(gradient, (x,), (v,))[1], x)

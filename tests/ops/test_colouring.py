@@ -1,0 +1,75 @@
+"""Star colourings (checked by brute force on small graphs) and their direct recovery."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+from sparsad.errors import InputError
+from sparsad.ops.colouring import colour_columns, star_colouring, star_recovery, symmetric_pattern
+from sparsad.ops.pattern import CSRPattern
+
+
+def random_symmetric(n: int, density: float, seed: int) -> CSRPattern:
+    rng = np.random.default_rng(seed)
+    mask = rng.random((n, n)) < density
+    mask = mask | mask.T | np.eye(n, dtype=bool)
+    m = sp.csr_matrix(mask.astype(float))
+    m.sort_indices()
+    return CSRPattern(m.indptr, m.indices, m.shape)
+
+
+def neighbours(pattern: CSRPattern) -> list[set[int]]:
+    return [set(pattern.indices[pattern.indptr[i]:pattern.indptr[i + 1]].tolist()) - {i}
+            for i in range(pattern.shape[0])]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 14), density=st.floats(0.0, 0.7), seed=st.integers(0, 2**31))
+def test_star_colouring_has_no_two_coloured_path_on_four_vertices(n, density, seed):
+    pattern = random_symmetric(n, density, seed)
+    colours = star_colouring(pattern)
+    adj = neighbours(pattern)
+    for v in range(n):
+        assert all(colours[v] != colours[w] for w in adj[v])
+    for a in range(n):  # every path a-b-c-d (distinct vertices) uses at least three colours
+        for b in adj[a]:
+            for c in adj[b] - {a}:
+                for d in adj[c] - {a, b}:
+                    assert len({colours[a], colours[b], colours[c], colours[d]}) >= 3, (a, b, c, d)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 14), density=st.floats(0.0, 0.7), seed=st.integers(0, 2**31))
+def test_star_recovery_reads_every_entry_from_the_compressed_products(n, density, seed):
+    pattern = random_symmetric(n, density, seed)
+    rng = np.random.default_rng(seed + 1)
+    weights = rng.standard_normal((n, n))
+    H = (weights + weights.T) * sp.csr_matrix((np.ones(pattern.nnz), pattern.indices, pattern.indptr),
+                                              shape=(n, n)).toarray()
+    colours = star_colouring(pattern)
+    seeds = np.eye(int(colours.max()) + 1)[colours]  # (n, colours)
+    compressed = H @ seeds
+    row, colour = star_recovery(pattern, colours)
+    np.testing.assert_array_equal(compressed[row, colour], H[pattern.rows, pattern.indices])
+
+
+def test_star_needs_no_more_colours_than_distance1_on_grids_and_refuses_a_non_star_colouring():
+    one = sp.diags([np.ones(29), np.ones(30), np.ones(29)], [-1, 0, 1])
+    grid = sp.kronsum(one, one).tocsr()
+    pattern = CSRPattern(grid.indptr, grid.indices, grid.shape)
+    assert star_colouring(pattern).max() <= colour_columns(pattern).max()
+    path = sp.diags([np.ones(3), np.ones(4), np.ones(3)], [-1, 0, 1]).tocsr()
+    with pytest.raises(InputError, match="not a star colouring"):  # 0-1-0-1 on a path of four
+        star_recovery(CSRPattern(path.indptr, path.indices, path.shape), np.array([0, 1, 0, 1]))
+
+
+def test_symmetric_pattern_is_the_union_with_the_transpose():
+    m = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 1.0]]))
+    pattern = symmetric_pattern(CSRPattern(m.indptr, m.indices, m.shape))
+    dense = np.zeros((3, 3), dtype=bool)
+    dense[pattern.rows, pattern.indices] = True
+    np.testing.assert_array_equal(dense, (m.toarray() != 0) | (m.toarray() != 0).T)
