@@ -170,6 +170,7 @@ class _Lowerer:
         self.used = set(input_types) | {OUTPUT}
         self.counter = 0
         self.containers: dict[str, Container] = {}
+        self.grid_candidates: set[str] = set()
         self.container_ivs: dict[str, B.IV | None] = {}
         self.row_ivs: dict[str, B.IV | None] = {}
         self.checks: list[B.Check] = []
@@ -424,6 +425,11 @@ class _Lowerer:
         self.container_ivs[name] = hulls[0]
         self.row_ivs[name] = hulls[1] if depth == 2 else None
         kind = "workspace" if depth == 1 and hulls[0] is not None else "hash"
+        if depth == 2 and None not in hulls and level_ivs[1] \
+                and all(isinstance(iv, B.IRange) for iv in level_ivs[1]):
+            # every write fills a whole row over a range of columns: a dense grid holds the
+            # same entries as hash rows, without hashing (see `_grids`)
+            self.grid_candidates.add(name)
         self.containers[name] = Container(name, kind, hulls[0], _leaf_of(value_type), depth)
         if kind == "workspace":
             self.check(hulls[0], name, "writes the intermediate")
@@ -668,6 +674,42 @@ class _Lowerer:
         return pre + self.emit(l, keys, scale, right_at_leaf, env2, tenv2)
 
 
+def _grids(body, candidates: set[str]) -> list[str]:
+    """The depth-2 containers that become dense grids: rows written whole (`materialize`
+    decides), filled once at the top level and only read by key afterwards (never iterated,
+    never a row taken out), so zeros in place of absent keys read the same."""
+    fills: dict[str, int] = {}
+    disqualified: set[str] = set()
+
+    def expressions(node):
+        if isinstance(node, (RowOf,)):
+            disqualified.add(node.container)
+        for value in vars(node).values() if hasattr(node, "__dict__") else ():
+            if isinstance(value, IRExpr):
+                expressions(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    if isinstance(item, IRExpr):
+                        expressions(item)
+
+    def visit(stmts, top: bool) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, Fill):
+                fills[stmt.container] = fills.get(stmt.container, 0) + 1
+                if not top:
+                    disqualified.add(stmt.container)
+            if isinstance(stmt, ForItems):
+                disqualified.add(stmt.container)
+            expressions(stmt)
+            for field_name in ("body", "then", "orelse"):
+                inner = getattr(stmt, field_name, None)
+                if inner:
+                    visit(inner, False)
+
+    visit(body, True)
+    return sorted(c for c in candidates if fills.get(c, 0) == 1 and c not in disqualified)
+
+
 def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
     """The loop program of a physical program whose inputs are ints, reals and 1-D arrays.
 
@@ -710,6 +752,12 @@ def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
         return [Accumulate(OUTPUT, tuple(k for k, _ in keys), value, tuple(iv for _, iv in keys))]
 
     body = lowerer.emit(expr, (), None, into_output, env, dict(input_types))
+    for name in _grids(body, lowerer.grid_candidates):
+        container = lowerer.containers[name]
+        lowerer.containers[name] = Container(name, "grid", container.key_iv, container.leaf, 2,
+                                             lowerer.row_ivs[name])
+        lowerer.check(container.key_iv, name, "writes the intermediate")
+        lowerer.check(lowerer.row_ivs[name], f"{name}__cols", "writes the intermediate")
     key_ivs = []
     for ivs in out_ivs:
         hull = ivs[0] if ivs else B.IConst(0)
