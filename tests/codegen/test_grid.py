@@ -60,3 +60,34 @@ def test_the_aggregation_vjp_needs_no_hash_map_and_matches_dense_autograd(hidden
     torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-12)
     (derived,) = program._derived.values()
     assert "Dict.empty" not in derived._compiled.show("code")
+
+
+# rows written over a range of columns, but only below the diagonal (row 0 not at all): iterating
+# the rows of the grid must see exactly the written keys (a count is not linear in absent zeros)
+POSITIVE_PART = """
+let G = sum(<_, i> in (0:S_rows)) sum(<_, j> in (0:S_cols))
+    if j < i then { i -> { j -> S_M(i * S_cols + j) } } in
+"""
+ROWS_BY_KEY = parse(POSITIVE_PART + "sum(<_, r> in (0:R_rows)) { r -> sum(<c, v> in G(r)) 1.0 + v * v }")
+ROWS_ITERATED = parse(POSITIVE_PART + "sum(<r, row> in G) { r -> sum(<c, v> in row) 1.0 + G(r)(c) }")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 6), st.integers(0, 10), st.integers(0, 2**16))
+def test_the_rows_of_an_iterated_grid_hold_exactly_the_written_keys(make_physical, rows, cols, r_rows,
+                                                                     seed):
+    s = np.random.default_rng(seed).standard_normal((rows, cols))
+    s[rows - 1, 0] = 0.0  # written when rows > 1 (column 0 < row rows - 1): an entry all the same
+    types, arrays, _ = make_physical({"S": (s, "dense"), "R": (np.zeros((r_rows, 1)), "dense")})
+    positive = np.tri(rows, cols, -1, dtype=bool)
+
+    by_key = compile_physical(ROWS_BY_KEY, types, output="dense", shape=(r_rows,))
+    iterated = compile_physical(ROWS_ITERATED, types, output="dense", shape=(rows,))
+    for kernel, program, n in ((by_key, ROWS_BY_KEY, r_rows), (iterated, ROWS_ITERATED, rows)):
+        assert "Dict.empty" not in kernel.source
+        expected = np.zeros(max(n, rows))
+        expected[:rows] = positive.sum(1) + (np.where(positive, s, 0.0).sum(1) if program is ROWS_ITERATED
+                                              else np.where(positive, s * s, 0.0).sum(1))
+        result = kernel(**arrays)
+        np.testing.assert_allclose(result, expected[:n], rtol=1e-12, atol=1e-12)
+        assert values_equal(result, evaluate(program, arrays), rtol=1e-12, atol=1e-12)

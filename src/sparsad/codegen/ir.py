@@ -166,13 +166,16 @@ class Fill(Stmt):
 class Container:
     """A local dictionary: 'workspace' (dense array sized by key_iv), 'hash' (typed dict; of
     typed-dict rows when depth is 2), 'grid' (a dense 2-D array sized by key_iv x col_iv: a
-    matrix filled once and only looked up) or 'row' (a row of a depth-2 hash, bound by a loop)."""
+    matrix filled once; when it is iterated, boolean marks of its written keys and rows say
+    which entries exist) or 'row' (a row of a depth-2 container, bound by a loop)."""
     name: str
     kind: str
     key_iv: B.IV | None
     leaf: str  # "real" or "int"
     depth: int = 1
     col_iv: B.IV | None = None  # a grid's column keys
+    parent: str | None = None   # a row's container
+    marked: bool = False        # a grid that is iterated: it marks its written keys and rows
 
 
 def sized_containers(containers) -> list[Container]:

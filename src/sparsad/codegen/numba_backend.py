@@ -86,14 +86,20 @@ class _Emitter:
                 return f"rt.load({a}, {self.expr(i)})" if g else f"{a}[{self.expr(i)}]"
             case Length(array=a):
                 return f"{a}.shape[0]"
+            case LocalGet(container=c, key=k) if self._grid_row(c):
+                return f"rt.load2({self._grid_row(c)}_val, {c}, {self.expr(k)})"
             case LocalGet(container=c, key=k):
                 container = self.containers[c]
                 if container.kind == "workspace":
                     return f"rt.load({c}_val, {self.expr(k)})"
                 zero = "0" if container.leaf == "int" else "0.0"
                 return f"{c}.get(np.int64({self.expr(k)}), {zero})"
-            case HasKey(container=c) if self.containers[c].kind == "grid":
-                return "True"  # every row of a grid is there (zeros where nothing was written)
+            case HasKey(container=c, key=k) if self.containers[c].kind == "grid":
+                if self.containers[c].marked:
+                    return f"rt.has_row({c}_rowmark, {self.expr(k)})"
+                return "True"  # only read by key: an absent row reads zeros as well
+            case RowOf(container=c, key=k) if self.containers[c].kind == "grid":
+                return f"np.int64({self.expr(k)})"  # a row of a grid is its index
             case RowGet(container=c, row_key=r, key=k) if self.containers[c].kind == "grid":
                 return f"rt.load2({c}_val, {self.expr(r)}, {self.expr(k)})"
             case HasKey(container=c, key=k):
@@ -106,6 +112,13 @@ class _Emitter:
             case Choose(cond=c, then=t, orelse=o):
                 return f"({self.expr(t)} if {self.expr(c)} else {self.expr(o)})"
         raise TypeError(f"not an IR expression: {e!r}")
+
+    def _grid_row(self, name: str) -> str | None:
+        """The grid whose row `name` is (a row container of a grid holds the row's index)."""
+        container = self.containers.get(name)
+        if container is None or container.kind != "row" or container.parent is None:
+            return None
+        return container.parent if self.containers[container.parent].kind == "grid" else None
 
     def put(self, indent: int, *lines: str) -> None:
         self.lines.extend("    " * indent + line for line in lines)
@@ -128,7 +141,16 @@ class _Emitter:
                 if self.plan.kind == "workspace" and var == self.plan.row_var:
                     self.put(indent + 1, *O.row_epilogue(var))
             case ForItems(key=k, value=v, container=c, body=body):
-                if self.containers[c].kind == "workspace":
+                grid = self._grid_row(c)
+                if self.containers[c].kind == "grid":
+                    self.put(indent, f"for {k} in range({c}_size):", f"    if {c}_rowmark[{k}]:",
+                             f"        {v} = {k}")
+                    self.block(body, indent + 2)
+                elif grid:
+                    self.put(indent, f"for {k} in range({grid}__cols_size):",
+                             f"    if {grid}_mark[{c}, {k}]:", f"        {v} = {grid}_val[{c}, {k}]")
+                    self.block(body, indent + 2)
+                elif self.containers[c].kind == "workspace":
                     self.put(indent, f"for {k}_t in range({c}_n):")
                     self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{k}]")
                     self.block(body, indent + 1)
@@ -168,7 +190,10 @@ class _Emitter:
                 self.put(indent, *O.output_accumulate(self.plan, names, self.expr(v), guarded,
                                                       self.program.leaf))
             case Accumulate(target=c, keys=(row_key, key), value=v) if self.containers[c].kind == "grid":
-                self.put(indent, f"{c}_val[{self.expr(row_key)}, {self.expr(key)}] += {self.expr(v)}")
+                r, k = self.expr(row_key), self.expr(key)
+                self.put(indent, f"{c}_val[{r}, {k}] += {self.expr(v)}")
+                if self.containers[c].marked:
+                    self.put(indent, f"{c}_mark[{r}, {k}] = True", f"{c}_rowmark[{r}] = True")
             case Accumulate(target=c, keys=(row_key, key), value=v):
                 leaf = self.containers[c].leaf
                 value_type = "types.int64" if leaf == "int" else "types.float64"
@@ -238,6 +263,9 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
         elif container.kind == "grid":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{c}_val = np.zeros(({c}_size, {c}__cols_size), {dtype})")
+            if container.marked:
+                emitter.put(body_indent, f"{c}_mark = np.zeros(({c}_size, {c}__cols_size), np.bool_)",
+                            f"{c}_rowmark = np.zeros({c}_size, np.bool_)")
         elif container.kind == "workspace":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{c}_val = np.zeros({c}_size, {dtype})",
@@ -558,7 +586,7 @@ def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
     """Size the output buffers and workspaces of one kernel call before allocating them."""
     itemsize = dtype.itemsize if isinstance(dtype, np.dtype) else np.dtype(dtype).itemsize
     workspaces = 16.0 * sum(float(n) for n in workspace_sizes if isinstance(n, (int, np.integer)))
-    workspaces += 8.0 * sum(float(rows) * float(cols) for rows, cols in grids)
+    workspaces += 9.0 * sum(float(rows) * float(cols) for rows, cols in grids)  # values and marks
     # the messages are formatted only for allocations the guard speaks about (per-call cost)
     quiet = min(warn_threshold(), memory_limit())
     if plan.kind == "dense" and all(e is not None for e in extents):

@@ -154,3 +154,9 @@ def load2(array, row, column):
     if 0 <= row < array.shape[0] and 0 <= column < array.shape[1]:
         return array[row, column]
     return array.dtype.type(0)
+
+
+@njit(**_JIT)
+def has_row(rows, row):
+    """Whether a marked grid has a written row at `row` (False outside the grid)."""
+    return 0 <= row < rows.shape[0] and rows[row]
