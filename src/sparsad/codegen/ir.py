@@ -165,13 +165,30 @@ class Fill(Stmt):
 @dataclass(frozen=True)
 class Container:
     """A local dictionary: 'workspace' (dense array sized by key_iv), 'hash' (typed dict; of
-    typed-dict rows, nested depth - 1 times, when depth >= 2) or 'row' (a row of a nested hash,
-    bound by a loop or a lookup; itself nested when depth >= 2)."""
+    typed-dict rows, nested depth - 1 times, when depth >= 2), 'grid' (a dense 2-D array sized
+    by key_iv x col_iv: a matrix filled once; when it is iterated, boolean marks of its written
+    keys and rows say which entries exist) or 'row' (a row of a nested hash or of a grid, bound
+    by a loop or a lookup; itself nested when depth >= 2)."""
     name: str
     kind: str
     key_iv: B.IV | None
     leaf: str  # "real" or "int"
     depth: int = 1
+    col_iv: B.IV | None = None  # a grid's column keys
+    parent: str | None = None   # a row's container
+    marked: bool = False        # a grid that is iterated: it marks its written keys and rows
+
+
+def sized_containers(containers) -> list[Container]:
+    """The extents a kernel is passed (as `<name>_size`), in order: one per workspace, two per
+    grid (its rows under its own name, its columns under `<name>__cols`)."""
+    sized = []
+    for c in containers:
+        if c.kind == "workspace":
+            sized.append(c)
+        elif c.kind == "grid":
+            sized += [c, Container(f"{c.name}__cols", "grid", c.col_iv, c.leaf, 2)]
+    return sized
 
 
 OUTPUT = "out"

@@ -35,9 +35,9 @@ from sparsad.codegen.ir import (OUTPUT, Accumulate, AddTo, Assign, Choose, Conta
 from sparsad.errors import UnsupportedError
 from sparsad.lang.names import desugar_let_tuples
 from sparsad.lang.printer import to_text
-from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, Lookup, Neg, Not,
-                                 Range, Singleton, SubArray, Sum, Unique, Var, free_vars,
-                                 has_loop, walk)
+from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, LetTuple, Lookup,
+                                 Neg, Not, Range, Singleton, SubArray, Sum, Unique, Var, children,
+                                 free_vars, has_loop, walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
 
@@ -170,6 +170,7 @@ class _Lowerer:
         self.used = set(input_types) | {OUTPUT}
         self.counter = 0
         self.containers: dict[str, Container] = {}
+        self.grid_candidates: set[str] = set()
         self.container_ivs: dict[str, B.IV | None] = {}
         self.row_ivs: dict[str, B.IV | None] = {}
         self.level_ivs: dict[str, list] = {}  # per level of a nested container, its keys' hull
@@ -348,7 +349,7 @@ class _Lowerer:
         """Register `row`, a row of the nested container `parent` (one level less deep)."""
         outer = self.containers[parent]
         levels = self.level_ivs.get(parent) or [self.container_ivs.get(parent), self.row_ivs.get(parent)]
-        self.containers[row] = Container(row, "row", levels[1], outer.leaf, outer.depth - 1)
+        self.containers[row] = Container(row, "row", levels[1], outer.leaf, outer.depth - 1, parent=parent)
         self.container_ivs[row] = levels[1]
         self.row_ivs[row] = levels[2] if outer.depth > 2 and len(levels) > 2 else None
         self.level_ivs[row] = list(levels[1:])
@@ -459,6 +460,19 @@ class _Lowerer:
         self.row_ivs[name] = hulls[1] if depth >= 2 else None
         self.level_ivs[name] = hulls
         kind = "workspace" if depth == 1 and hulls[0] is not None else "hash"
+        def outside(source: Expr) -> str | None:
+            if isinstance(source, Var):
+                return "range" if isinstance(env.get(source.name), _RangeSrc) else None
+            if isinstance(source, Lookup) and isinstance(source.dict, Var):
+                binding = env.get(source.dict.name)
+                if isinstance(binding, _Local) and binding.name in self.grid_candidates:
+                    return "row"
+            return None
+
+        if depth == 2 and None not in hulls and _writes_whole_rows(value, outside):
+            # every write fills a row over a range of columns: a dense grid holds about the
+            # entries of hash rows, without hashing (see `_grids`)
+            self.grid_candidates.add(name)
         self.containers[name] = Container(name, kind, hulls[0], _leaf_of(value_type), depth)
         if kind == "workspace":
             self.check(hulls[0], name, "writes the intermediate")
@@ -719,6 +733,102 @@ class _Lowerer:
         return pre + self.emit(l, keys, scale, right_at_leaf, env2, tenv2)
 
 
+def _writes_whole_rows(value: Expr, outside: Callable[[Expr], str | None] = lambda source: None) -> bool:
+    """Whether every entry `{row -> {col -> x}}` of value has its column drawn from a loop over
+    a range that the row key does not vary in (`sum(<_, col> in (lo:hi))` inside the binding of
+    every name of the row key): each row written is then written over a whole range of
+    columns, so its dense row costs no more than its hash row. A CSC definition (the column
+    loop outside the row key's loop) writes one entry per row and column: not so.
+    `outside(source)` says what a name bound outside value is: "range", or "row" for a lookup
+    of a row of a matrix itself written by whole rows (its keys are then such a range)."""
+    entries, verdicts = 0, []
+    ranges: set[str] = set()  # names let-bound to a range inside value
+
+    def visit(e: Expr, bound: tuple[str, ...], column_loops: dict[str, int], result: bool) -> None:
+        """`result`: e is on the path of the entries of value (not a let's value, a source...)."""
+        nonlocal entries
+        match e:
+            case Sum(key=k, val=v, source=src, body=b):
+                visit(src, bound, column_loops, False)
+                inner = dict(column_loops)
+                inner.pop(k, None)
+                inner.pop(v, None)
+                kind = "range" if isinstance(src, Range) or (isinstance(src, Var) and src.name in ranges) \
+                    else outside(src)
+                if kind == "range" and v != "_":
+                    inner[v] = len(bound)  # the names bound from here on vary in this loop
+                elif kind == "row" and k != "_":
+                    inner[k] = len(bound)
+                visit(b, bound + (k, v), inner, result)
+            case Let(name=n, value=x, body=b):
+                visit(x, bound, column_loops, False)
+                inner = dict(column_loops)
+                inner.pop(n, None)
+                if isinstance(x, Range):
+                    ranges.add(n)
+                visit(b, bound + (n,), inner, result)
+            case LetTuple():
+                verdicts.append(False)
+            case Singleton(key=row, value=Singleton(key=column)) if result:
+                entries += 1
+                while isinstance(row, Unique):
+                    row = row.operand
+                while isinstance(column, Unique):
+                    column = column.operand
+                start = column_loops.get(column.name) if isinstance(column, Var) else None
+                verdicts.append(start is not None and not (free_vars(row) & set(bound[start:])))
+                visit(e.value.value, bound, column_loops, False)
+            case Singleton() if result:
+                verdicts.append(False)  # a row built some other way: not known to be whole
+            case _:
+                for child in children(e):
+                    visit(child, bound, column_loops, result)
+
+    visit(value, (), {}, True)
+    return entries > 0 and all(verdicts)
+
+
+def _grids(body, candidates: set[str]) -> dict[str, bool]:
+    """{name: marked} of the depth-2 containers that become dense grids: rows written whole
+    over a range of columns (`materialize` decides), filled once at the top level. A grid that
+    is only read by key needs nothing else (an absent key reads zero either way); one whose
+    entries or rows are iterated also marks which keys were written (`marked`)."""
+    fills: dict[str, int] = {}
+    disqualified: set[str] = set()
+    iterated: set[str] = set()
+
+    def expressions(node):
+        if isinstance(node, RowOf):
+            iterated.add(node.container)
+        if isinstance(node, LocalGet) and node.container in candidates:
+            disqualified.add(node.container)  # a depth-2 container read as a vector: not ours
+        for value in vars(node).values() if hasattr(node, "__dict__") else ():
+            if isinstance(value, IRExpr):
+                expressions(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    if isinstance(item, IRExpr):
+                        expressions(item)
+
+    def visit(stmts, top: bool) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, Fill):
+                fills[stmt.container] = fills.get(stmt.container, 0) + 1
+                if not top:
+                    disqualified.add(stmt.container)
+            if isinstance(stmt, ForItems):
+                iterated.add(stmt.container)
+            expressions(stmt)
+            for field_name in ("body", "then", "orelse"):
+                inner = getattr(stmt, field_name, None)
+                if inner:
+                    visit(inner, False)
+
+    visit(body, True)
+    return {c: c in iterated for c in sorted(candidates)
+            if fills.get(c, 0) == 1 and c not in disqualified}
+
+
 def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
     """The loop program of a physical program whose inputs are ints, reals and 1-D arrays.
 
@@ -761,6 +871,12 @@ def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
         return [Accumulate(OUTPUT, tuple(k for k, _ in keys), value, tuple(iv for _, iv in keys))]
 
     body = lowerer.emit(expr, (), None, into_output, env, dict(input_types))
+    for name, marked in _grids(body, lowerer.grid_candidates).items():
+        container = lowerer.containers[name]
+        lowerer.containers[name] = Container(name, "grid", container.key_iv, container.leaf, 2,
+                                             lowerer.row_ivs[name], marked=marked)
+        lowerer.check(container.key_iv, name, "writes the intermediate")
+        lowerer.check(lowerer.row_ivs[name], f"{name}__cols", "writes the intermediate")
     key_ivs = []
     for ivs in out_ivs:
         hull = ivs[0] if ivs else B.IConst(0)

@@ -30,6 +30,7 @@ import numpy as np
 
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
+from sparsad.codegen.ir import sized_containers
 from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fill, Fn,
                                    For, ForItems, HasKey, IfThen, IRExpr, Length, Load, LocalGet,
                                    LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary, lower)
@@ -85,12 +86,22 @@ class _Emitter:
                 return f"rt.load({a}, {self.expr(i)})" if g else f"{a}[{self.expr(i)}]"
             case Length(array=a):
                 return f"{a}.shape[0]"
+            case LocalGet(container=c, key=k) if self._grid_row(c):
+                return f"rt.load2({self._grid_row(c)}_val, {c}, {self.expr(k)})"
             case LocalGet(container=c, key=k):
                 container = self.containers[c]
                 if container.kind == "workspace":
                     return f"rt.load({c}_val, {self.expr(k)})"
                 zero = "0" if container.leaf == "int" else "0.0"
                 return f"{c}.get(np.int64({self.expr(k)}), {zero})"
+            case HasKey(container=c, key=k) if self.containers[c].kind == "grid":
+                if self.containers[c].marked:
+                    return f"rt.has_row({c}_rowmark, {self.expr(k)})"
+                return "True"  # only read by key: an absent row reads zeros as well
+            case RowOf(container=c, key=k) if self.containers[c].kind == "grid":
+                return f"np.int64({self.expr(k)})"  # a row of a grid is its index
+            case RowGet(container=c, row_key=r, key=k) if self.containers[c].kind == "grid":
+                return f"rt.load2({c}_val, {self.expr(r)}, {self.expr(k)})"
             case HasKey(container=c, key=k):
                 return f"(np.int64({self.expr(k)}) in {c})"
             case RowOf(container=c, key=k):
@@ -101,6 +112,13 @@ class _Emitter:
             case Choose(cond=c, then=t, orelse=o):
                 return f"({self.expr(t)} if {self.expr(c)} else {self.expr(o)})"
         raise TypeError(f"not an IR expression: {e!r}")
+
+    def _grid_row(self, name: str) -> str | None:
+        """The grid whose row `name` is (a row container of a grid holds the row's index)."""
+        container = self.containers.get(name)
+        if container is None or container.kind != "row" or container.parent is None:
+            return None
+        return container.parent if self.containers[container.parent].kind == "grid" else None
 
     def put(self, indent: int, *lines: str) -> None:
         self.lines.extend("    " * indent + line for line in lines)
@@ -123,7 +141,16 @@ class _Emitter:
                 if self.plan.kind == "workspace" and var == self.plan.row_var:
                     self.put(indent + 1, *O.row_epilogue(var))
             case ForItems(key=k, value=v, container=c, body=body):
-                if self.containers[c].kind == "workspace":
+                grid = self._grid_row(c)
+                if self.containers[c].kind == "grid":
+                    self.put(indent, f"for {k} in range({c}_size):", f"    if {c}_rowmark[{k}]:",
+                             f"        {v} = {k}")
+                    self.block(body, indent + 2)
+                elif grid:
+                    self.put(indent, f"for {k} in range({grid}__cols_size):",
+                             f"    if {grid}_mark[{c}, {k}]:", f"        {v} = {grid}_val[{c}, {k}]")
+                    self.block(body, indent + 2)
+                elif self.containers[c].kind == "workspace":
                     self.put(indent, f"for {k}_t in range({c}_n):")
                     self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{k}]")
                     self.block(body, indent + 1)
@@ -138,7 +165,7 @@ class _Emitter:
                     self.block(o, indent + 1)
             case Fill(container=c):
                 container = self.containers[c]
-                if c in self.plain:
+                if c in self.plain or container.kind == "grid":
                     pass  # zeroed once where it is allocated
                 elif container.kind == "workspace":
                     self.put(indent, f"for {c}_t in range({c}_n):",
@@ -177,6 +204,11 @@ class _Emitter:
                     parent = f"_{c}_r{level}"  # one name per container and level: one Numba type
                 self.put(indent, f"_key = np.int64({self.expr(keys[-1])})",
                          f"{parent}[_key] = {parent}.get(_key, {zero}) + {self.expr(v)}")
+            case Accumulate(target=c, keys=(row_key, key), value=v) if self.containers[c].kind == "grid":
+                r, k = self.expr(row_key), self.expr(key)
+                self.put(indent, f"{c}_val[{r}, {k}] += {self.expr(v)}")
+                if self.containers[c].marked:
+                    self.put(indent, f"{c}_mark[{r}, {k}] = True", f"{c}_rowmark[{r}] = True")
             case Accumulate(target=c, keys=(row_key, key), value=v):
                 leaf = self.containers[c].leaf
                 value_type = "types.int64" if leaf == "int" else "types.float64"
@@ -236,7 +268,7 @@ def plain_workspaces(program: LoopProgram) -> frozenset[str]:
 
 
 def kernel_parameters(program: LoopProgram, plan: O.OutputPlan) -> tuple[str, ...]:
-    sizes = tuple(f"{c.name}_size" for c in program.containers if c.kind == "workspace")
+    sizes = tuple(f"{c.name}_size" for c in sized_containers(program.containers))
     return (*program.params, *sizes, *O.output_params(plan, program.depth))
 
 
@@ -249,6 +281,12 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
         if container.name in emitter.plain:
             dtype = "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{container.name}_val = np.zeros({container.name}_size, {dtype})")
+        elif container.kind == "grid":
+            c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
+            emitter.put(body_indent, f"{c}_val = np.zeros(({c}_size, {c}__cols_size), {dtype})")
+            if container.marked:
+                emitter.put(body_indent, f"{c}_mark = np.zeros(({c}_size, {c}__cols_size), np.bool_)",
+                            f"{c}_rowmark = np.zeros({c}_size, np.bool_)")
         elif container.kind == "workspace":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{c}_val = np.zeros({c}_size, {dtype})",
@@ -398,7 +436,7 @@ class Kernel:
         static = type_extents(loops.result_type)
         self._static_extents = [shape[d] if shape is not None else static[d]
                                 for d in range(loops.depth)]
-        self._workspaces = [c for c in loops.containers if c.kind == "workspace"]
+        self._workspaces = sized_containers(loops.containers)
         self._guard = None  # codegen.guard, built on the first call
         self._parameter_kinds = [(p, n, _array_kind(self.input_types.get(n)), self.input_types.get(n))
                                  for p, n in self._external.items()]
@@ -476,9 +514,12 @@ class Kernel:
             capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
                                                         if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
         args = [prepared[n] for n in loops.params] + workspace_sizes
+        grids = [(workspace_sizes[k], workspace_sizes[k + 1]) for k, c in enumerate(self._workspaces)
+                 if c.kind == "grid" and k + 1 < len(self._workspaces)
+                 and self._workspaces[k + 1].name == f"{c.name}__cols"]
         try:
             while True:  # each larger buffer passes the memory guard first: the growth is bounded
-                _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes)
+                _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes, grids)
                 out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared)
                 raw = self.function(*args, *out_args)
                 if not O.overflowed(plan, raw):
@@ -564,10 +605,11 @@ class Kernel:
 
 
 def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
-                  workspace_sizes) -> None:
+                  workspace_sizes, grids=()) -> None:
     """Size the output buffers and workspaces of one kernel call before allocating them."""
     itemsize = dtype.itemsize if isinstance(dtype, np.dtype) else np.dtype(dtype).itemsize
     workspaces = 16.0 * sum(float(n) for n in workspace_sizes if isinstance(n, (int, np.integer)))
+    workspaces += 9.0 * sum(float(rows) * float(cols) for rows, cols in grids)  # values and marks
     # the messages are formatted only for allocations the guard speaks about (per-call cost)
     quiet = min(warn_threshold(), memory_limit())
     if plan.kind == "dense" and all(e is not None for e in extents):

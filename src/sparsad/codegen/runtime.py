@@ -146,3 +146,17 @@ FUNCTION_CODE = {
     "sigmoid": "rt.sigmoid({0})", "relu": "rt.relu({0})", "softplus": "rt.softplus({0})",
     "step": "rt.step({0})", "sign": "rt.sign({0})",
 }
+
+
+@njit(**_JIT)
+def load2(array, row, column):
+    """array[row, column], or zero outside the array (a missing key of a dense grid)."""
+    if 0 <= row < array.shape[0] and 0 <= column < array.shape[1]:
+        return array[row, column]
+    return array.dtype.type(0)
+
+
+@njit(**_JIT)
+def has_row(rows, row):
+    """Whether a marked grid has a written row at `row` (False outside the grid)."""
+    return 0 <= row < rows.shape[0] and rows[row]
