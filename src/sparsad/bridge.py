@@ -51,8 +51,16 @@ def canonical_csr(matrix) -> sp.csr_matrix:
     return csr
 
 
+def _holds_no_number(value: Any) -> bool:
+    """A dictionary whose leaves are all empty dictionaries (`{i -> {j -> {}}}`): a zero, as the
+    interpreter leaves a derivative that is identically zero."""
+    return isinstance(value, dict) and all(_holds_no_number(v) for v in value.values())
+
+
 def values_on(result: Any, pattern: CSRPattern) -> np.ndarray:
     """The entries of `result` (scipy sparse, dense array or a zero) at `pattern`'s positions."""
+    if _holds_no_number(result):
+        return np.zeros(pattern.nnz)
     if isinstance(result, (int, float, np.floating)) or result is None:
         if result:
             raise UnsupportedError(f"a derivative came back as the number {result} where a matrix was expected")
@@ -73,6 +81,8 @@ def values_on(result: Any, pattern: CSRPattern) -> np.ndarray:
 
 
 def dense_result(result: Any, shape: tuple | None) -> np.ndarray:
+    if _holds_no_number(result) and shape is not None:
+        return np.zeros(shape)
     if sp.issparse(result):
         return result.toarray()
     if isinstance(result, (int, float, np.floating, np.integer)) and shape:

@@ -93,6 +93,9 @@ class Printer:
             return f"atan2({self.p(e.args[0])}, {self.p(e.args[1])})"
         if isinstance(e, sp.Piecewise):
             return self.piecewise(e)
+        if isinstance(e, (sp.Or, sp.And)):  # of comparisons and condition flags: bools or bool tensors
+            joiner = " | " if isinstance(e, sp.Or) else " & "
+            return f"({joiner.join(self.p(a) for a in e.args)})"
         if isinstance(e, sp.core.relational.Relational):
             op = {"Gt": ">", "Ge": ">=", "Lt": "<", "Le": "<=", "Eq": "==", "Ne": "!="}[type(e).__name__[:2]
                                                                                          if type(e).__name__ in ("Eq", "Ne") else

@@ -103,7 +103,13 @@ def _recover(pattern: CSRPattern, kind: str, products: Callable, x) -> SparseMat
 
 def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
     """The Jacobian of f: R^n -> R^m at x as a sparsad.jax.SparseMatrix, by a distance-1 column
-    colouring and compressed JVPs. Entries outside `pattern` are assumed zero."""
+    colouring and compressed JVPs. Entries outside `pattern` are assumed zero.
+
+    >>> import numpy as np, jax.numpy as jnp, sparsad.jax as sj
+    >>> J = sj.jacobian(lambda z: z * z, jnp.array([1.0, 2.0]))
+    >>> np.asarray(J.to_dense()).tolist()
+    [[2.0, 0.0], [0.0, 4.0]]
+    """
     import jax
     import jax.numpy as jnp
 
@@ -121,7 +127,13 @@ def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
 def hessian(f: Callable, x: Any, pattern: Any = None, colouring: str = "star") -> SparseMatrix:
     """The Hessian of scalar f at x as a sparsad.jax.SparseMatrix, by a star colouring (default)
     or a distance-1 colouring (`colouring="distance1"`) of its symmetrised pattern and compressed
-    Hessian-vector products (forward over reverse)."""
+    Hessian-vector products (forward over reverse).
+
+    >>> import numpy as np, jax.numpy as jnp, sparsad.jax as sj
+    >>> H = sj.hessian(lambda z: (z ** 3).sum(), jnp.array([1.0, 2.0]))
+    >>> np.asarray(H.to_dense()).tolist()
+    [[6.0, 0.0], [0.0, 12.0]]
+    """
     import jax
     import jax.numpy as jnp
 

@@ -55,7 +55,9 @@ def _eval(expr: Expr, env: dict) -> Any:
         case EmptyDict():
             return V.ZERO
         case Singleton(key=k, value=v):
-            return {V.as_key(_eval(k, env)): _eval(v, env)}
+            key, value = V.as_key(_eval(k, env)), _eval(v, env)
+            # {k -> {}} is the zero dictionary (compiled code stores no empty rows either)
+            return V.ZERO if isinstance(value, dict) and not value else {key: value}
         case Lookup(dict=d, key=k):
             return V.lookup(_eval(d, env), _eval(k, env))
         case Sum(key=k, val=v, source=s, body=b):
