@@ -144,3 +144,17 @@ def test_inputs_convert_from_numpy_and_scipy():
         evaluate(parse("M"), {"M": np.array(["a"])})
     with pytest.raises(InputError, match="keys must be integers"):
         evaluate(parse("M"), {"M": {"a": 1.0}})
+
+
+def test_an_entry_whose_value_is_the_empty_dictionary_is_the_zero_on_both_paths():
+    import warnings
+
+    import sparsad
+
+    text = "sum(<k, _> in (sum(<i, a> in x) {i -> {}})) 1.0"  # counts the keys of {i -> {}}: none
+    x = np.array([1.0, 2.0, 3.0])
+    assert evaluate(parse("sum(<i, a> in x) {i -> {}}"), {"x": x}) == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the optimized program is {}: nothing to compile
+        assert sparsad.program(text)(x=x) == 0.0
+        assert sparsad.compile(text)(x=x) == 0.0
