@@ -13,8 +13,10 @@ from typing import Callable, Iterable
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def best_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1, budget_s: float = 10.0) -> float:
-    """Median wall time of `fn` in seconds over `repeat` runs after `warmup` runs (stops early past budget)."""
+def best_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1, budget_s: float = 10.0,
+              reduce: Callable[[list], float] = statistics.median) -> float:
+    """Median (or `reduce`) wall time of `fn` in seconds over `repeat` runs after `warmup` runs
+    (stops early past budget)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -25,7 +27,7 @@ def best_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1, budget
         times.append(time.perf_counter() - t0)
         if time.perf_counter() - start > budget_s:
             break
-    return statistics.median(times)
+    return reduce(times)
 
 
 def print_table(rows: list[dict], columns: Iterable[str] | None = None) -> None:

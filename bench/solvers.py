@@ -21,16 +21,7 @@ def fastest(fn, repeat: int = 15, budget_s: float = 10.0) -> float:
     """Fastest wall time of `fn` over `repeat` runs after one warm-up. For the millisecond-scale
     SpGEMM calls: on a shared machine a run is often preempted for a whole scheduler slice (4 ms
     steps, measured), so the median measures the load; both contenders are timed the same way."""
-    fn()
-    times = []
-    start = time.perf_counter()
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s:
-            break
-    return min(times)
+    return best_time(fn, repeat=repeat, warmup=1, budget_s=budget_s, reduce=min)
 
 SPGEMM_MATRICES = ["HB/bcsstk13", "HB/bcsstk16", "HB/bcsstk25", "Gset/G55", "Pajek/GD06_theory", "Bai/olm1000",
                    "DIMACS10/fe_4elt2", "Gaertner/nopoly", "HB/662_bus", "HB/1138_bus"]
