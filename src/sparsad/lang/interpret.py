@@ -56,7 +56,7 @@ def _eval(expr: Expr, env: dict) -> Any:
             return V.ZERO
         case Singleton(key=k, value=v):
             key, value = V.as_key(_eval(k, env)), _eval(v, env)
-            # {k -> {}} is the zero dictionary (compiled code stores no empty rows either)
+            # {k -> {}} is the zero dictionary: a key whose value is the empty dictionary is no entry
             return V.ZERO if isinstance(value, dict) and not value else {key: value}
         case Lookup(dict=d, key=k):
             return V.lookup(_eval(d, env), _eval(k, env))
