@@ -42,13 +42,18 @@ def names_of(tier: str, only: list[str] | None = None) -> list[str]:
     return sorted(ENTRIES) if tier == "full" else list(CORE)
 
 
-def _callable(entry, wrt: str, kind: str):
+def _planned(entry, wrt: str, kind: str, args: dict):
+    """The compiled program of one case and its arguments under its internal input names (a
+    jvp's `tangent=` becomes the seed input the derivative program reads)."""
     import sparsad
     from bench import corpus as C
 
     if kind == "value":
-        return sparsad.compile(entry.text)
-    return C.make_derivative(entry, wrt, kind)._compiled_for(wrt)
+        return sparsad.compile(entry.text), args
+    derivative = C.make_derivative(entry, wrt, kind)
+    args = dict(args)
+    args.update(derivative._take_seeds(args))
+    return derivative._compiled_for(wrt), args
 
 
 def case_text(P, wrt: str, kind: str) -> str:
@@ -57,8 +62,8 @@ def case_text(P, wrt: str, kind: str) -> str:
     from bench import corpus as C
     from sparsad.lang.printer import to_text
 
-    compiled = _callable(P.entry, wrt, kind)
     args = dict(P.inputs) if kind == "value" else C.call_arguments(P, wrt, kind, C.direction(P, wrt, kind))
+    compiled, args = _planned(P.entry, wrt, kind, args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plan = compiled.plan(args)

@@ -7,9 +7,9 @@ from bench import corpus_stages as S
 
 
 def test_a_few_corpus_programs_plan_identically_in_fresh_processes():
-    # deep loop nests, a let-bound row, an n-d COO tensor, a depth-3 Jacobian tangent
+    # deep loop nests, a let-bound row, an n-d COO tensor, a depth-3 Jacobian tangent; every kind
     names = ["sddmm", "row_softmax", "mttkrp3_coo", "gcn_tanh_sum"]
-    report = S.run(2, names, ("value", "grad", "jacobian", "vjp"), jobs=2, timeout_s=900)
+    report = S.run(2, names, ("value", "grad", "jacobian", "jvp", "vjp"), jobs=2, timeout_s=900)
     assert report["processes"] == 2 and not report["crashed"], report["crashed"]
     assert report["cases"] >= 10
     assert report["differ"] == [] and report["failed"] == {}, report
