@@ -201,7 +201,9 @@ def _array_to_dict(array, name: str) -> Any:
 
     def build(nested, axis):
         if isinstance(nested, list):
-            result = ShapedDict((i, build(item, axis + 1)) for i, item in enumerate(nested))
+            # a row of no entries (an extent 0 below) is the empty dictionary: no key, as compiled
+            items = ((i, build(item, axis + 1)) for i, item in enumerate(nested))
+            result = ShapedDict((i, item) for i, item in items if not (isinstance(item, dict) and not item))
             result.shape, result.name, result.axis = array.shape[axis:], name, axis
             return result
         return leaf(nested) if leaf is not None else nested
