@@ -29,6 +29,9 @@ PROGRAMS = [
     "sum(<i, w> in M) sum(<k, b> in w) 1.0",
     "let F = sum(<i, r> in A) { i -> sum(<j, a> in r) a } in sum(<i, w> in F) { i -> 1.0 }",
     "sum(<i, r> in A) sum(<j, a> in r) a * x(j)",
+    # a let-bound number that may be {} (a sum over nothing, a failed if) becomes an entry's value
+    "sum(<i, r> in A) let t = sum(<j, a> in r) if 1 < j then a in sum(<k, v> in { i -> t }) 1.0",
+    "sum(<i, r> in A) let t = (if 1 < i then 2.0) in sum(<k, v> in { i -> t }) 1.0",
 ]
 
 

@@ -24,7 +24,7 @@ naming the construct, and the caller falls back to the interpreter.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from sparsad.codegen import bounds as B
@@ -40,7 +40,7 @@ from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, 
                                  free_vars, has_loop, walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
-from sparsad.opt.emptiness import TRUE, entry_condition, vanishes_on_empty
+from sparsad.opt.emptiness import TRUE, entry_condition, may_be_empty, vanishes_on_empty
 
 Sink = Callable[[tuple, IRExpr], list]
 
@@ -52,6 +52,9 @@ Sink = Callable[[tuple, IRExpr], list]
 class _Scalar:
     expr: IRExpr
     iv: B.IV | None
+    # a let's number that may be {} (an else-less if, a sum over nothing): (value, env, tenv),
+    # for the test that it is an entry where it becomes one (`entry_test`)
+    source: tuple | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -411,7 +414,8 @@ class _Lowerer:
             return [], env2, tenv2
         if not isinstance(value_type, Dict):
             pre, ir, iv = self.scalar(value, env, tenv)
-            env2[name] = _Scalar(self.bind_local_value(pre, ir, name), iv)
+            source = (value, env, tenv) if may_be_empty(value) else None
+            env2[name] = _Scalar(self.bind_local_value(pre, ir, name), iv, source)
             return pre, env2, tenv2
         while isinstance(value, Unique):
             value = value.operand
@@ -633,7 +637,8 @@ class _Lowerer:
         """(statements, condition): whether value is an entry, i.e. not the empty dictionary
         (None: always). Stored levels and ranges need a comparison of bounds (`emptiness`);
         anything else is tested by running its loops once more, only to raise a flag."""
-        condition = entry_condition(value, tenv, lambda name: isinstance(env.get(name), _Array))
+        suspects = frozenset(n for n, b in env.items() if isinstance(b, _Scalar) and b.source is not None)
+        condition = entry_condition(value, tenv, lambda name: isinstance(env.get(name), _Array), suspects)
         if condition == TRUE:
             return [], None
         if condition is not None:
@@ -674,13 +679,16 @@ class _Lowerer:
                 return [Assign(flag, Num(False)), *loop], Ref(flag)
             case Lookup(dict=d) if not isinstance(value_type, Dict):
                 return self.entry_test(d, env, tenv)  # a missing key reads {} only in an empty dictionary
+            case Var(name=n) if isinstance(env.get(n), _Scalar) and env[n].source is not None:
+                return self.entry_test(*env[n].source)  # the let's value, tested where it is used
+            case Let(name=n, value=x, body=b):
+                pre, env2, tenv2 = self.bind(n, x, env, tenv, b)
+                more, test = self.entry_test(b, env2, tenv2)
+                return pre + more, test
         if isinstance(value_type, Dict):
             flag = self.fresh("nonempty")
             mark = _Body(lambda env2, tenv2: [Assign(flag, Num(True))])
             return [Assign(flag, Num(False)), *self.loop(value, "_", "_", env, tenv, mark)], Ref(flag)
-        if isinstance(value, Let) or isinstance(value, Var):
-            raise _unsupported("a let-bound number that may be the empty dictionary (an else-less if "
-                               "or a sum over nothing) as an entry's value", value)
         return [], None
 
     def array_loop(self, array, start, end, start_iv, end_iv, k, v, env, tenv2, body_fn) -> list:
@@ -820,7 +828,7 @@ class _Lowerer:
             if isinstance(binding, _Scalar) and binding.iv is not None and (at_least or below):
                 if narrowed is env:
                     narrowed = dict(env)
-                narrowed[side.name] = _Scalar(binding.expr, B.clamp(binding.iv, at_least, below))
+                narrowed[side.name] = replace(binding, iv=B.clamp(binding.iv, at_least, below))
         return narrowed
 
     def emit_if(self, e: If, keys, scale, sink, env, tenv) -> list:

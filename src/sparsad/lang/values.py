@@ -89,11 +89,16 @@ def _promoted(a: Any, b: Any) -> tuple[Any, Any]:
 def mul(a: Any, b: Any) -> Any:
     """Semi-ring `*`: scalar products, scaling, and the outer (tensor) product of dictionaries."""
     if isinstance(a, dict):
-        return {key: mul(value, b) for key, value in a.items()}
+        return _entries((key, mul(value, b)) for key, value in a.items())
     if isinstance(b, dict):
-        return {key: mul(a, value) for key, value in b.items()}
+        return _entries((key, mul(a, value)) for key, value in b.items())
     a, b = _promoted(a, b)
     return a * b
+
+
+def _entries(pairs) -> dict:
+    """A dictionary of these (key, value) pairs but those whose value is {} (no entry)."""
+    return {key: value for key, value in pairs if not (isinstance(value, dict) and not value)}
 
 
 def neg(a: Any) -> Any:

@@ -78,15 +78,34 @@ def _vanishes(e: Expr, empty: frozenset[str]) -> bool:
     return False
 
 
-def entry_condition(value: Expr, types: Mapping[str, Type], dense_array: Callable[[str], bool]) -> Expr | None:
+def may_be_empty(value: Expr) -> bool:
+    """Whether a number-valued expression may be `{}` (syntactically: it holds a sum, an `if`, a
+    `{}` or a lookup into something other than a name). A name let-bound to such a value is a
+    `suspect` of `entry_condition`."""
+    from sparsad.lang.syntax import walk
+
+    return any(isinstance(node, (Sum, If, EmptyDict)) or (isinstance(node, Lookup) and not isinstance(node.dict, Var))
+               for node in walk(value))
+
+
+def let_suspects(expr: Expr) -> frozenset[str]:
+    """The names that lets in expr bind to values that `may_be_empty`."""
+    from sparsad.lang.syntax import walk
+
+    return frozenset(node.name for node in walk(expr) if isinstance(node, Let) and may_be_empty(node.value))
+
+
+def entry_condition(value: Expr, types: Mapping[str, Type], dense_array: Callable[[str], bool],
+                    suspects: frozenset[str] = frozenset()) -> Expr | None:
     """A bool expression (in value's scope) true exactly when value is not `{}`; TRUE when it
     always is an entry; None when no loop-free test is known.
 
     `types`: the types of value's free names; `dense_array(name)`: whether a free name is a
     physical array (keys 0..len-1, each with a number), whose lookups are numbers and whose
-    sub-array `a(lo:hi)` of in-range bounds has entries iff lo < hi."""
+    sub-array `a(lo:hi)` of in-range bounds has entries iff lo < hi. `suspects`: free names
+    bound (by lets outside value) to numbers that may be `{}`: no claim about them."""
     try:
-        return _entry(value, dict(types), {}, dense_array)
+        return _entry(value, dict(types), {n: None for n in suspects}, dense_array)
     except SparsadError:
         return None  # a name whose type is not known here: no claim
 
@@ -169,13 +188,13 @@ def _both(a: Expr | None, b: Expr | None) -> Expr | None:
 
 
 def entry_guard(value: Expr, body: Expr, name: str, types: Mapping[str, Type],
-                dense_array: Callable[[str], bool]) -> Expr | None | bool:
+                dense_array: Callable[[str], bool], suspects: frozenset[str] = frozenset()) -> Expr | None | bool:
     """What a loop that binds `name` to value (an entry's value) needs before running body:
     False when nothing (value is always an entry, or body vanishes when it is not), a bool
     expression to test first, or None when only a loop could tell whether value is `{}`."""
     if vanishes_on_empty(body, name):
         return False
-    condition = entry_condition(value, types, dense_array)
+    condition = entry_condition(value, types, dense_array, suspects)
     if condition == TRUE:
         return False
     return condition

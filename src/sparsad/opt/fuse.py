@@ -39,15 +39,15 @@ from sparsad.lang.syntax import (Binary, Const, Expr, If, Let, Lookup, Not, Rang
                                  Unique, Var, has_loop, walk)
 from sparsad.lang.types import Dict, Int, Type
 from sparsad.errors import SparsadError
-from sparsad.opt.emptiness import entry_guard, vanishes_on_empty
+from sparsad.opt.emptiness import entry_guard, let_suspects, vanishes_on_empty
 from sparsad.opt.dce import eliminate_dead_lets
 from sparsad.opt.inline import inline_atoms
 from sparsad.opt.rewrite import Rule, _binder_types, rewrite_fixpoint
 
 
-def _sum_over_singleton(e, scope):
+def _sum_over_singleton(e, scope, suspects: frozenset[str] = frozenset()):
     if isinstance(e, Sum) and isinstance(e.source, Singleton):
-        guard = _empty_entry_guard(e, e.source.value, scope, lambda: scope)
+        guard = _empty_entry_guard(e, e.source.value, scope, lambda: scope, suspects)
         if guard is None:
             return None  # an empty value is no entry, and only a loop could tell: left to codegen
         body = e.body
@@ -58,7 +58,7 @@ def _sum_over_singleton(e, scope):
         return body if guard is False else If(guard, body)
 
 
-def _empty_entry_guard(e: Sum, value: Expr, scope, value_scope):
+def _empty_entry_guard(e: Sum, value: Expr, scope, value_scope, suspects: frozenset[str]):
     """`emptiness.entry_guard` for the consumer e = sum(<k, v> in source) b of entries with value
     `value` (in the scope `value_scope()`): False, a condition on value being an entry, or None."""
     if vanishes_on_empty(e.body, e.val):
@@ -71,7 +71,7 @@ def _empty_entry_guard(e: Sum, value: Expr, scope, value_scope):
     def dense_array(name: str) -> bool:
         t = types.get(name)
         return isinstance(t, Dict) and isinstance(t.key, Int) and t.key.dense
-    return entry_guard(value, e.body, e.val, types, dense_array)
+    return entry_guard(value, e.body, e.val, types, dense_array, suspects)
 
 
 def _leaf_scope(e: Sum, scope):
@@ -133,7 +133,7 @@ def _unique_singleton_leaf(body: Expr):
     return singleton_leaf(body, unique=True)
 
 
-def _vertical_fusion(e, scope):
+def _vertical_fusion(e, scope, suspects: frozenset[str] = frozenset()):
     if not (isinstance(e, Sum) and isinstance(e.source, Sum)):
         return None
     inner = e.source
@@ -141,7 +141,7 @@ def _vertical_fusion(e, scope):
     if not found:
         return None
     f, g, wrap = found
-    guard = _empty_entry_guard(e, g, scope, lambda: _leaf_scope(e, scope))
+    guard = _empty_entry_guard(e, g, scope, lambda: _leaf_scope(e, scope), suspects)
     if guard is None:
         return None  # an empty value is no entry, and only a loop could tell: left to codegen
     body = e.body
@@ -534,10 +534,14 @@ def fuse(expr: Expr, types: dict[str, Type] | None = None, extents: frozenset[st
     >>> print(to_text(fuse(parse("(sum(<_, i> in (2:5)) { i -> x(i) })(k)"))))
     if not (k < 2) then (if k < 5 then x(k))
     """
-    rules = tuple(Rule(r.name, partial(_dense_lookup, extents=frozenset(extents))) if r.apply is _dense_lookup
-                  else r for r in RULES)
+    with_extents = tuple(Rule(r.name, partial(_dense_lookup, extents=frozenset(extents)))
+                         if r.apply is _dense_lookup else r for r in RULES)
     for _ in range(20):
         unique_names = rename_bound(expr, Fresh(all_names(expr)))
+        # binders are unique now: a let-bound number that may be {} is known by its name
+        suspects = let_suspects(unique_names)
+        rules = tuple(Rule(r.name, partial(r.apply, suspects=suspects))
+                      if r.apply in (_sum_over_singleton, _vertical_fusion) else r for r in with_extents)
         fused = rewrite_fixpoint(lookups_at_own_keys(unique_names), rules, types or {}, max_sweeps=1)
         fused = eliminate_dead_lets(inline_atoms(fused))
         if fused == unique_names:
