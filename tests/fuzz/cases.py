@@ -424,9 +424,164 @@ def case_cli(rng) -> tuple[str, str]:
     return classify(run)
 
 
+# ----- sums whose body does not vanish on an empty entry ------------------------------------
+# A key whose value is the empty dictionary is no entry, so a loop over a matrix's rows (or over
+# a computed intermediate's) must not run a body such as `1.0` or `exp(sum ... )` for an empty
+# row. These programs count keys, test keys, add constants and filter rows empty, over sparse
+# inputs with empty rows and explicit zeros, in every storage the scipy bridge takes.
+
+def _key_test(rng, key: str, extent: int) -> str:
+    c = int(rng.integers(0, max(extent, 1) + 1))
+    return str(rng.choice([f"{key} < {c}", f"{c} < {key}", f"{key} = {c}", f"not ({key} = {c})"]))
+
+
+
+
+def _row_expr(rng, row: str, m: int, depth: int = 0) -> str:
+    """A dictionary {j -> real} built from the row `row`, often filtered down to nothing."""
+    kind = int(rng.integers(6 if depth < 1 else 4))
+    j, a = f"j{depth}", f"a{depth}"
+    if kind == 0:
+        return row
+    if kind == 1:
+        return f"sum(<{j}, {a}> in {row}) if {_key_test(rng, j, m)} then {{ {j} -> {a} }}"
+    if kind == 2:  # keeps every key, with explicit zeros where the key test fails
+        return f"sum(<{j}, {a}> in {row}) {{ {j} -> if {_key_test(rng, j, m)} then {a} * 2.0 }}"
+    if kind == 3:
+        lo = int(rng.integers(0, m + 1))
+        return f"{row}({lo}:{int(rng.integers(lo, m + 1))})"
+    if kind == 4:  # a filter of a filter
+        inner = _row_expr(rng, row, m, depth + 1)
+        return f"sum(<{j}, {a}> in {inner}) if {_key_test(rng, j, m)} then {{ {j} -> {a} + 1.0 }}"
+    return f"sum(<{j}, {a}> in {row}) {{ {j} -> {a} * x({j}) }}"
+
+
+def _row_body(rng, key: str, row: str, n: int, m: int) -> str:
+    """A real from a row and its key; most do not vanish when the row is empty."""
+    kind = int(rng.integers(9))
+    if kind == 0:
+        return "1.0"
+    if kind == 1:
+        return f"sum(<k, b> in {row}) 1.0"
+    if kind == 2:
+        return f"if {_key_test(rng, key, n)} then 2.0"
+    if kind == 3:
+        return f"exp(sum(<k, b> in {row}) b)"
+    if kind == 4:
+        return f"sum(<k, b> in {row}) if {_key_test(rng, 'k', m)} then 1.0"
+    if kind == 5:
+        return f"sum(<k, b> in {row}) cos(b)"
+    if kind == 6:
+        return f"(sum(<k, b> in {row}) b * x(k)) + 0.5"
+    if kind == 7:
+        return f"sum(<k, b> in {row}) b * x(k)"  # vanishes: no test needed
+    return f"sum(<k, b> in {row}) sum(<l, c> in {row}) 1.0"
+
+
+def _rows_of(rng, n: int, m: int) -> tuple[str, str]:
+    """(lets, source): a dictionary of rows {i -> {j -> real}}, from A directly or computed."""
+    kind = int(rng.integers(6))
+    if kind == 0:
+        return "", "A"
+    if kind == 1:
+        return "", f"sum(<i0, r0> in A) {{ unique(i0) -> {_row_expr(rng, 'r0', m)} }}"
+    if kind == 2:
+        return f"let M = sum(<i0, r0> in A) {{ i0 -> {_row_expr(rng, 'r0', m)} }} in ", "M"
+    if kind == 3:  # the columns as rows: keys repeat, so the rows are built by merging
+        return ("let M = sum(<i0, r0> in A) sum(<j0, a0> in r0) "
+                f"if {_key_test(rng, 'i0', n)} then {{ j0 -> {{ i0 -> a0 }} }} in "), "M"
+    if kind == 4:
+        return "", f"sum(<i0, r0> in A) if {_key_test(rng, 'i0', n)} then {{ unique(i0) -> r0 }}"
+    return "", "(A + B)"
+
+
+def random_emptiness_program(rng, n: int, m: int) -> str:
+    lets, source = _rows_of(rng, n, m)
+    shape = int(rng.integers(4))
+    if shape == 0:  # a scalar over the rows
+        body = _row_body(rng, "i", "r", n, max(n, m))
+        return f"{lets}sum(<i, r> in {source}) {body}"
+    if shape == 1:  # a vector over the rows
+        body = _row_body(rng, "i", "r", n, max(n, m))
+        return f"{lets}sum(<i, r> in {source}) {{ i -> {body} }}"
+    if shape == 2:  # the entry of a singleton of a row (vertical fusion of `{i -> row}`)
+        row = _row_expr(rng, "r", m)
+        body = _row_body(rng, "k", "v", n, max(n, m))
+        return f"{lets}sum(<i, r> in {source}) sum(<k, v> in {{ i -> {row} }}) {body}"
+    row = _row_expr(rng, "r", m)  # a matrix of filtered rows, whose keys are then counted
+    return (f"{lets}let F = sum(<i, r> in {source}) {{ i -> {row} }} in "
+            f"sum(<i, w> in F) {{ i -> {_row_body(rng, 'i', 'w', n, max(n, m))} }}")
+
+
+def _sparse_with_empty_rows(rng, n: int, m: int):
+    """A scipy/numpy matrix with some rows (and columns) empty and some explicit zeros stored."""
+    import scipy.sparse as sp
+
+    dense = np.where(rng.random((n, m)) < rng.uniform(0.1, 0.8), rng.uniform(-1, 1, (n, m)), 0.0)
+    dense[rng.random(n) < 0.4, :] = 0.0
+    dense[:, rng.random(m) < 0.2] = 0.0
+    stored = dense != 0.0
+    zeros = rng.random((n, m)) < 0.15  # explicit zeros: stored entries whose value is 0.0
+    rows, cols = np.nonzero(stored | zeros)
+    values = np.where(zeros[rows, cols] & ~stored[rows, cols], 0.0, dense[rows, cols])
+    matrix = sp.coo_array((values, (rows, cols)), shape=(n, m))
+    kind = int(rng.integers(5))
+    if kind == 0:
+        return dense
+    if kind == 1:
+        return matrix.tocsc()
+    if kind == 2:
+        return matrix
+    return matrix.tocsr()
+
+
+def case_emptiness(rng) -> tuple[str, str]:
+    """Interpreter vs compiled code on programs whose sums do not vanish on empty rows."""
+    n, m = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    if rng.random() < 0.5:
+        n = m = max(n, m)  # square: the column-as-row programs index x by row keys too
+    text = random_emptiness_program(rng, n, m)
+    k = max(n, m)
+    inputs = dict(A=_sparse_with_empty_rows(rng, n, m), B=_sparse_with_empty_rows(rng, n, m),
+                  x=rng.uniform(-1, 1, k))
+    inputs = _used(text, inputs)
+    if "x" in inputs and not text.startswith("let M = sum(<i0, r0> in A) sum"):
+        inputs["x"] = inputs["x"][:m]
+
+    def run():
+        interpreted = sparsad.program(text)(**inputs)
+        compiled = sparsad.compile(text)(**inputs)
+        if _differ(_pruned(interpreted), _pruned(compiled)):
+            return f"interpreter {interpreted!r} != compiled {compiled!r} for {text} on {_describe(inputs)}"
+        return None
+
+    return classify(run)
+
+
+def _pruned(value):
+    if isinstance(value, dict):
+        from sparsad.lang.values import prune_zeros
+        raise TypeError(f"a nested dict result {prune_zeros(value)!r}")
+    return value
+
+
+def _describe(inputs: dict) -> str:
+    import scipy.sparse as sp
+
+    parts = []
+    for name, value in inputs.items():
+        if sp.issparse(value):
+            coo = value.tocoo()
+            parts.append(f"{name}={type(value).__name__}{value.shape} rows={coo.row.tolist()} "
+                         f"cols={coo.col.tolist()} data={np.round(coo.data, 3).tolist()}")
+        else:
+            parts.append(f"{name}={np.round(np.asarray(value), 3).tolist()}")
+    return "; ".join(parts)
+
+
 TARGETS = {"parser": case_parser, "typecheck": case_typecheck, "programs": case_programs,
            "formats": case_formats, "torch": case_torch, "tensor": case_tensor, "coarsen": case_coarsen,
-           "cli": case_cli}
+           "cli": case_cli, "emptiness": case_emptiness}
 
 
 def _selftest(rng) -> tuple[str, str]:

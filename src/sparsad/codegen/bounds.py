@@ -71,6 +71,16 @@ class IJoin(IV):
     right: IV
 
 
+@dataclass(frozen=True)
+class IClamp(IV):
+    """The values of `inner` where a guard holds: `at_least <= value` and `value < below` (either
+    bound may be absent). A read inside `if lo <= k then if k < hi then x(k)` is checked on
+    the keys that reach it, not on every value k takes."""
+    inner: IV
+    at_least: IV | None = None
+    below: IV | None = None
+
+
 Interval = tuple[int, int] | None
 
 
@@ -79,6 +89,13 @@ def arith(op: str, left: IV | None, right: IV | None) -> IV | None:
     if left is None or right is None or op not in ("+", "-", "*"):
         return None
     return IArith(op, left, right)
+
+
+def clamp(inner: IV | None, at_least: IV | None = None, below: IV | None = None) -> IV | None:
+    """inner narrowed by a guard (unknown stays unknown; no bound leaves it as it is)."""
+    if inner is None or (at_least is None and below is None):
+        return inner
+    return IClamp(inner, at_least, below)
 
 
 def join(left: IV | None, right: IV | None) -> IV | None:
@@ -123,6 +140,16 @@ def interval_mul(a: Interval, b: Interval) -> Interval:
     return (min(products), max(products))
 
 
+def interval_clamp(inner: Interval, at_least: Interval, below: Interval) -> Interval:
+    """The part of inner with at_least <= value < below, for some values of the bounds (an
+    empty bound interval means the guard is never evaluated: no narrowing from it)."""
+    if inner is None:
+        return None
+    lo = inner[0] if at_least is None else max(inner[0], at_least[0])
+    hi = inner[1] if below is None else min(inner[1], below[1] - 1)
+    return None if lo > hi else (lo, hi)
+
+
 def interval_join(a: Interval, b: Interval) -> Interval:
     if a is None or b is None:
         return a if b is None else b
@@ -153,6 +180,9 @@ def _evaluate(iv: IV, inputs: Mapping[str, Any], memo: dict) -> Interval:
             return INTERVAL_OPS[op](evaluate(l, inputs, memo), evaluate(r, inputs, memo))
         case IJoin(left=l, right=r):
             return interval_join(evaluate(l, inputs, memo), evaluate(r, inputs, memo))
+        case IClamp(inner=i, at_least=lo, below=hi):
+            return interval_clamp(evaluate(i, inputs, memo), None if lo is None else evaluate(lo, inputs, memo),
+                                  None if hi is None else evaluate(hi, inputs, memo))
     raise TypeError(f"not an interval expression: {iv!r}")
 
 
@@ -173,6 +203,9 @@ def describe(iv: IV) -> str:
             return f"({describe(l)} {op} {describe(r)})"
         case IJoin(left=l, right=r):
             return f"{describe(l)} or {describe(r)}"
+        case IClamp(inner=i, at_least=lo, below=hi):
+            limits = ([f">= {describe(lo)}"] if lo is not None else []) + ([f"< {describe(hi)}"] if hi is not None else [])
+            return f"{describe(i)} where {' and '.join(limits)}"
     return repr(iv)
 
 

@@ -88,6 +88,9 @@ class _Emitter:
                 code = f"_ops[{op!r}]({self.node(l)}, {self.node(r)})"
             case B.IJoin(left=l, right=r):
                 code = f"_join({self.node(l)}, {self.node(r)})"
+            case B.IClamp(inner=i, at_least=lo, below=hi):
+                bounds = ", ".join("None" if b is None else self.node(b) for b in (lo, hi))
+                code = f"_clamp({self.node(i)}, {bounds})"
             case _:
                 raise TypeError(f"not an interval expression: {iv!r}")
         name = f"v{len(self.names)}"
@@ -148,7 +151,7 @@ def build_guard(kernel) -> Callable[[dict], tuple | None]:
     source = "\n".join(["def guard(P):", *em.lines,
                         f"    return {size_list}, [{', '.join(extents)}], {indptr}"]) + "\n"
     namespace = dict(_array=array_interval, _point=_point, _range=B.interval_range, _ops=B.INTERVAL_OPS,
-                     _join=B.interval_join, _pattern_indptr=_pattern_indptr)
+                     _join=B.interval_join, _clamp=B.interval_clamp, _pattern_indptr=_pattern_indptr)
     exec(compile(source, "<sparsad guard>", "exec"), namespace)  # noqa: S102 - our own source
     guard = namespace["guard"]
     guard.source = source

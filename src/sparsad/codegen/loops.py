@@ -24,7 +24,7 @@ naming the construct, and the caller falls back to the interpreter.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from sparsad.codegen import bounds as B
@@ -40,6 +40,7 @@ from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, 
                                  free_vars, has_loop, walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
+from sparsad.opt.emptiness import TRUE, entry_condition, may_be_empty, vanishes_on_empty
 
 Sink = Callable[[tuple, IRExpr], list]
 
@@ -51,6 +52,9 @@ Sink = Callable[[tuple, IRExpr], list]
 class _Scalar:
     expr: IRExpr
     iv: B.IV | None
+    # a let's number that may be {} (an else-less if, a sum over nothing): (value, env, tenv),
+    # for the test that it is an entry where it becomes one (`entry_test`)
+    source: tuple | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,17 @@ class _SubSrc:
 @dataclass(frozen=True)
 class _Empty:
     pass
+
+
+@dataclass(frozen=True, eq=False)
+class _Body:
+    """A loop body, `emit(env', tenv')`, and whether it vanishes (adds nothing) when the loop's
+    value is the empty dictionary: else a source's empty entries must not reach it."""
+    emit: Callable[[dict, dict], list]
+    vanishes: bool = False
+
+    def __call__(self, env: dict, tenv: dict) -> list:
+        return self.emit(env, tenv)
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,6 +191,7 @@ class _Lowerer:
         self.level_ivs: dict[str, list] = {}  # per level of a nested container, its keys' hull
         self.checks: list[B.Check] = []
         self.out_ivs: list[list[B.IV | None]] = []
+        self.filling = 0  # > 0 while emitting into a local container (whose keys are iterated)
 
     # -- names -------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -247,11 +263,12 @@ class _Lowerer:
             case If(cond=c, then=t, orelse=o):
                 pre, cond, _ = self.scalar(c, env, tenv)
                 result_type = self.typeof(e, tenv)
-                pt, vt, it = self.scalar(t, env, tenv)
+                then_env, else_env = self.narrowed(c, env, tenv)
+                pt, vt, it = self.scalar(t, then_env, tenv)
                 if o is None:
                     po, vo, io = [], _zero(result_type), B.IConst(0)
                 else:
-                    po, vo, io = self.scalar(o, env, tenv)
+                    po, vo, io = self.scalar(o, else_env, tenv)
                 if not pt and not po:
                     return pre, Choose(cond, vt, vo), B.join(it, io)
                 name = self.fresh("c")
@@ -397,7 +414,8 @@ class _Lowerer:
             return [], env2, tenv2
         if not isinstance(value_type, Dict):
             pre, ir, iv = self.scalar(value, env, tenv)
-            env2[name] = _Scalar(self.bind_local_value(pre, ir, name), iv)
+            source = (value, env, tenv) if may_be_empty(value) else None
+            env2[name] = _Scalar(self.bind_local_value(pre, ir, name), iv, source)
             return pre, env2, tenv2
         while isinstance(value, Unique):
             value = value.operand
@@ -449,7 +467,11 @@ class _Lowerer:
                 level_ivs[level].append(iv)
             return [Accumulate(name, tuple(k for k, _ in keys), v, tuple(iv for _, iv in keys))]
 
-        body = self.emit(value, (), None, into_container, env, tenv)
+        self.filling += 1
+        try:
+            body = self.emit(value, (), None, into_container, env, tenv)
+        finally:
+            self.filling -= 1
         hulls = []
         for ivs in level_ivs:
             hull = ivs[0] if ivs else None
@@ -581,14 +603,25 @@ class _Lowerer:
         start, end = self.bind_local_value(pre, start, "st"), self.bind_local_value(pre, end, "en")
         key = k if k != "_" else self.fresh("k")
 
-        def inside(cenv2, ctenv2):
+        def within(cenv2, ctenv2):
             at = cenv2[key].expr
             return [IfThen(Op("and", Op("<=", start, at), Op("<", at, end)), tuple(body_fn(cenv2, ctenv2)))]
+
+        inside = _Body(within, vanishes=getattr(body_fn, "vanishes", False))
 
         return pre + self._loop(source.array, key, v, cenv, ctenv, inside, env, tenv)
 
     def bind_entry(self, key, value, k, v, senv, stenv, cenv, ctenv, body_fn) -> list:
-        """Bind k and v of the consumer to key and value read in the source's environment."""
+        """Bind k and v of the consumer to key and value read in the source's environment.
+
+        A key whose value is the empty dictionary is no entry: unless the body vanishes on an
+        empty value (`_Body.vanishes`), it runs only when value has an entry."""
+        if not getattr(body_fn, "vanishes", False):
+            test, nonempty = self.entry_test(value, senv, stenv)
+            if nonempty is not None:
+                unguarded = _Body(body_fn, vanishes=True)
+                inner = self.bind_entry(key, value, k, v, senv, stenv, cenv, ctenv, unguarded)
+                return test + [IfThen(nonempty, tuple(inner))]
         pre: list = []
         cenv2, ctenv2 = dict(cenv), dict(ctenv)
         for name, expr in ((k, key), (v, value)):
@@ -599,6 +632,64 @@ class _Lowerer:
             pre += more
             cenv2[name], ctenv2[name] = senv2[temporary], stenv2[temporary]
         return pre + body_fn(cenv2, ctenv2)
+
+    def entry_test(self, value: Expr, env: dict, tenv: dict) -> tuple[list, IRExpr | None]:
+        """(statements, condition): whether value is an entry, i.e. not the empty dictionary
+        (None: always). Stored levels and ranges need a comparison of bounds (`emptiness`);
+        anything else is tested by running its loops once more, only to raise a flag."""
+        suspects = frozenset(n for n, b in env.items() if isinstance(b, _Scalar) and b.source is not None)
+        condition = entry_condition(value, tenv, lambda name: isinstance(env.get(name), _Array), suspects)
+        if condition == TRUE:
+            return [], None
+        if condition is not None:
+            pre, test, _ = self.scalar(condition, env, tenv)
+            return pre, test
+        value_type = self.typeof(value, tenv)
+        match value:
+            case Unique(operand=o) | Neg(operand=o) | Singleton(value=o):
+                return self.entry_test(o, env, tenv)
+            case If(cond=c, then=t, orelse=o):
+                pre, cond, _ = self.scalar(c, env, tenv)
+                then_env, else_env = self.narrowed(c, env, tenv)
+                pt, ct = self.entry_test(t, then_env, tenv)
+                po, co = ([], Num(False)) if o is None else self.entry_test(o, else_env, tenv)
+                name = self.fresh("entry")
+                then = pt + [Assign(name, Num(True) if ct is None else ct)]
+                orelse = po + [Assign(name, Num(True) if co is None else co)]
+                return pre + [IfThen(cond, tuple(then), tuple(orelse))], Ref(name)
+            case Binary(op="+" | "-" | "*", left=l, right=r):
+                pl, cl = self.entry_test(l, env, tenv)
+                pr, cr = self.entry_test(r, env, tenv)
+                if value.op == "*":  # {} when either factor is
+                    if cl is None or cr is None:
+                        return pl + pr, cr if cl is None else cl
+                    return pl + pr, Op("and", cl, cr)
+                if cl is None or cr is None:
+                    return pl + pr, None
+                return pl + pr, Unary("not", Op("and", Unary("not", cl), Unary("not", cr)))
+            case Sum(key=k, val=v, source=src, body=b) if not isinstance(value_type, Dict):
+                flag = self.fresh("entry")
+
+                def raise_flag(env2, tenv2):
+                    pre, test = self.entry_test(b, env2, tenv2)
+                    mark = [Assign(flag, Num(True))]
+                    return pre + (mark if test is None else [IfThen(test, tuple(mark))])
+
+                loop = self.loop(src, k, v, env, tenv, _Body(raise_flag, vanishes_on_empty(b, v)))
+                return [Assign(flag, Num(False)), *loop], Ref(flag)
+            case Lookup(dict=d) if not isinstance(value_type, Dict):
+                return self.entry_test(d, env, tenv)  # a missing key reads {} only in an empty dictionary
+            case Var(name=n) if isinstance(env.get(n), _Scalar) and env[n].source is not None:
+                return self.entry_test(*env[n].source)  # the let's value, tested where it is used
+            case Let(name=n, value=x, body=b):
+                pre, env2, tenv2 = self.bind(n, x, env, tenv, b)
+                more, test = self.entry_test(b, env2, tenv2)
+                return pre + more, test
+        if isinstance(value_type, Dict):
+            flag = self.fresh("nonempty")
+            mark = _Body(lambda env2, tenv2: [Assign(flag, Num(True))])
+            return [Assign(flag, Num(False)), *self.loop(value, "_", "_", env, tenv, mark)], Ref(flag)
+        return [], None
 
     def array_loop(self, array, start, end, start_iv, end_iv, k, v, env, tenv2, body_fn) -> list:
         """Positions start..end-1 of an input array (clamped to the array when unprovable)."""
@@ -652,8 +743,9 @@ class _Lowerer:
         if not isinstance(t, Dict):
             if isinstance(e, Sum) and not keys and scale is None:
                 # already accumulating a scalar: add every term straight into it
-                return self.loop(e.source, e.key, e.val, env, tenv,
-                                 lambda env2, tenv2: self.emit(e.body, keys, scale, sink, env2, tenv2))
+                return self.loop(e.source, e.key, e.val, env, tenv, _Body(
+                    lambda env2, tenv2: self.emit(e.body, keys, scale, sink, env2, tenv2),
+                    vanishes_on_empty(e.body, e.val)))
             if isinstance(e, If):
                 return self.emit_if(e, keys, scale, sink, env, tenv)
             pre, value, _ = self.scalar(e, env, tenv)
@@ -666,10 +758,16 @@ class _Lowerer:
             case Singleton(key=k, value=v):
                 pre, key, key_iv = self.scalar(k, env, tenv)
                 key = self.bind_local_value(pre, key, "key")
-                return pre + self.emit(v, keys + ((key, key_iv),), scale, sink, env, tenv)
+                writes = self.emit(v, keys + ((key, key_iv),), scale, sink, env, tenv)
+                if self.filling and writes and not isinstance(t.value, Dict):
+                    # an intermediate's keys are iterated: a number that is {} makes no entry
+                    test, is_entry = self.entry_test(v, env, tenv)
+                    if is_entry is not None:
+                        return pre + test + [IfThen(is_entry, tuple(writes))]
+                return pre + writes
             case Sum(key=k, val=v, source=s, body=b):
-                return self.loop(s, k, v, env, tenv,
-                                 lambda env2, tenv2: self.emit(b, keys, scale, sink, env2, tenv2))
+                return self.loop(s, k, v, env, tenv, _Body(
+                    lambda env2, tenv2: self.emit(b, keys, scale, sink, env2, tenv2), vanishes_on_empty(b, v)))
             case Let(name=n, value=v, body=b):
                 pre, env2, tenv2 = self.bind(n, v, env, tenv, b)
                 return pre + self.emit(b, keys, scale, sink, env2, tenv2)
@@ -691,18 +789,53 @@ class _Lowerer:
                 return self.emit_product(e, l, r, keys, scale, sink, env, tenv)
             case Var() | Range() | SubArray():
                 k, v = self.fresh("k"), self.fresh("v")
-                return self.loop(e, k, v, env, tenv, lambda env2, tenv2: self.emit(
-                    Singleton(Var(k), Var(v)), keys, scale, sink, env2, tenv2))
+                return self.loop(e, k, v, env, tenv, _Body(lambda env2, tenv2: self.emit(
+                    Singleton(Var(k), Var(v)), keys, scale, sink, env2, tenv2), vanishes=True))
             case Lookup():
                 k, v = self.fresh("k"), self.fresh("v")
-                return self.loop(e, k, v, env, tenv, lambda env2, tenv2: self.emit(
-                    Singleton(Var(k), Var(v)), keys, scale, sink, env2, tenv2))
+                return self.loop(e, k, v, env, tenv, _Body(lambda env2, tenv2: self.emit(
+                    Singleton(Var(k), Var(v)), keys, scale, sink, env2, tenv2), vanishes=True))
         raise _unsupported("this dictionary expression", e)
+
+    def narrowed(self, cond: Expr, env: dict, tenv: dict) -> tuple[dict, dict]:
+        """The environments of the two branches of `if cond`: an int name that cond compares
+        (`k < e`, `e < k`, `k = e`, under `not`s) has its interval narrowed to the keys for which
+        the branch runs, so a read the comparison guards is checked only on those keys."""
+        holds = True
+        while isinstance(cond, Not):
+            cond, holds = cond.operand, not holds
+        if not (isinstance(cond, Binary) and cond.op in ("<", "=")):
+            return env, env
+        if any(has_loop(side) for side in (cond.left, cond.right)):
+            return env, env
+        left, right = (self.scalar(side, env, tenv)[2] for side in (cond.left, cond.right))
+        plus_one = lambda iv: B.arith("+", iv, B.IConst(1))  # noqa: E731
+        if cond.op == "<":  # true: left < right (left <= right - 1); false: right <= left
+            true = {cond.left: (None, right), cond.right: (plus_one(left), None)}
+            false = {cond.left: (right, None), cond.right: (None, plus_one(left))}
+        else:
+            true = {cond.left: (right, plus_one(right)), cond.right: (left, plus_one(left))}
+            false = {}
+        if not holds:
+            true, false = false, true
+        return self._with_bounds(env, true), self._with_bounds(env, false)
+
+    @staticmethod
+    def _with_bounds(env: dict, bounds: dict) -> dict:
+        narrowed = env
+        for side, (at_least, below) in bounds.items():
+            binding = env.get(side.name) if isinstance(side, Var) else None
+            if isinstance(binding, _Scalar) and binding.iv is not None and (at_least or below):
+                if narrowed is env:
+                    narrowed = dict(env)
+                narrowed[side.name] = replace(binding, iv=B.clamp(binding.iv, at_least, below))
+        return narrowed
 
     def emit_if(self, e: If, keys, scale, sink, env, tenv) -> list:
         pre, cond, _ = self.scalar(e.cond, env, tenv)
-        then = self.emit(e.then, keys, scale, sink, env, tenv)
-        orelse = [] if e.orelse is None else self.emit(e.orelse, keys, scale, sink, env, tenv)
+        then_env, else_env = self.narrowed(e.cond, env, tenv)
+        then = self.emit(e.then, keys, scale, sink, then_env, tenv)
+        orelse = [] if e.orelse is None else self.emit(e.orelse, keys, scale, sink, else_env, tenv)
         if not then and not orelse:
             return pre
         return pre + [IfThen(cond, tuple(then), tuple(orelse))]

@@ -89,11 +89,16 @@ def _promoted(a: Any, b: Any) -> tuple[Any, Any]:
 def mul(a: Any, b: Any) -> Any:
     """Semi-ring `*`: scalar products, scaling, and the outer (tensor) product of dictionaries."""
     if isinstance(a, dict):
-        return {key: mul(value, b) for key, value in a.items()}
+        return _entries((key, mul(value, b)) for key, value in a.items())
     if isinstance(b, dict):
-        return {key: mul(a, value) for key, value in b.items()}
+        return _entries((key, mul(a, value)) for key, value in b.items())
     a, b = _promoted(a, b)
     return a * b
+
+
+def _entries(pairs) -> dict:
+    """A dictionary of these (key, value) pairs but those whose value is {} (no entry)."""
+    return {key: value for key, value in pairs if not (isinstance(value, dict) and not value)}
 
 
 def neg(a: Any) -> Any:
@@ -201,7 +206,9 @@ def _array_to_dict(array, name: str) -> Any:
 
     def build(nested, axis):
         if isinstance(nested, list):
-            result = ShapedDict((i, build(item, axis + 1)) for i, item in enumerate(nested))
+            # a row of no entries (an extent 0 below) is the empty dictionary: no key, as compiled
+            items = ((i, build(item, axis + 1)) for i, item in enumerate(nested))
+            result = ShapedDict((i, item) for i, item in items if not (isinstance(item, dict) and not item))
             result.shape, result.name, result.axis = array.shape[axis:], name, axis
             return result
         return leaf(nested) if leaf is not None else nested

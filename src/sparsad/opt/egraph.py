@@ -105,8 +105,8 @@ REWRITE_RULES = [
     "((= t (Mul (Add a b) c))) ((union t (Add (Mul a c) (Mul b c))))",
     "((= t (Mul (Mul a b) c))) ((union t (Mul a (Mul b c))))",
     "((= t (Mul a (Mul b c)))) ((union t (Mul (Mul a b) c)))",
-    # elimination of a sum over a singleton, and the lookup of a singleton
-    f"((= t (Sum k v (Op2 {SINGLE} a b) body n))) ((union t (Let k a (Let v b body))))",
+    # the lookup of a singleton (the sum over a singleton is `opt.fuse`'s: when its value may be
+    # the empty dictionary, which is no entry, the body needs a guard that only types can tell)
     f"((= t (Op2 {LOOKUP} (Op2 {SINGLE} a b) c))) ((union t (Op3 {IF} (Op2 {EQUAL} a c) b (Empty))))",
     # if-to-multiplication: a factor moves into an else-less conditional
     f"((= t (Mul (Op3 {IF} c a (Empty)) b))) ((union t (Op3 {IF} c (Mul a b) (Empty))))",

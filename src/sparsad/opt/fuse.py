@@ -37,20 +37,62 @@ from sparsad.lang.names import Fresh, all_names, rename_bound
 from sparsad.lang.rebuild import substitute
 from sparsad.lang.syntax import (Binary, Const, Expr, If, Let, Lookup, Not, Range, Singleton, SubArray, Sum,
                                  Unique, Var, has_loop, walk)
-from sparsad.lang.types import Type
+from sparsad.lang.types import Dict, Int, Type
+from sparsad.errors import SparsadError
+from sparsad.opt.emptiness import entry_guard, let_suspects, vanishes_on_empty
 from sparsad.opt.dce import eliminate_dead_lets
 from sparsad.opt.inline import inline_atoms
-from sparsad.opt.rewrite import Rule, rewrite_fixpoint
+from sparsad.opt.rewrite import Rule, _binder_types, rewrite_fixpoint
 
 
-def _sum_over_singleton(e, _):
+def _sum_over_singleton(e, scope, suspects: frozenset[str] = frozenset()):
     if isinstance(e, Sum) and isinstance(e.source, Singleton):
+        guard = _empty_entry_guard(e, e.source.value, scope, lambda: scope, suspects)
+        if guard is None:
+            return None  # an empty value is no entry, and only a loop could tell: left to codegen
         body = e.body
         if e.val != "_":
             body = Let(e.val, e.source.value, body)
         if e.key != "_":
             body = Let(e.key, e.source.key, body)
-        return body
+        return body if guard is False else If(guard, body)
+
+
+def _empty_entry_guard(e: Sum, value: Expr, scope, value_scope, suspects: frozenset[str]):
+    """`emptiness.entry_guard` for the consumer e = sum(<k, v> in source) b of entries with value
+    `value` (in the scope `value_scope()`): False, a condition on value being an entry, or None."""
+    if vanishes_on_empty(e.body, e.val):
+        return False
+    try:
+        types = value_scope().types
+    except SparsadError:
+        return None  # types unknown (fuse called without them): not known to be safe
+
+    def dense_array(name: str) -> bool:
+        t = types.get(name)
+        return isinstance(t, Dict) and isinstance(t.key, Int) and t.key.dense
+    return entry_guard(value, e.body, e.val, types, dense_array, suspects)
+
+
+def _leaf_scope(e: Sum, scope):
+    """The scope of the singleton leaf of e.source's body (its binders' types, lets included)."""
+    inner = e.source
+    key, value = _binder_types(scope, inner.source)
+    leaf = scope.bind(**{inner.key: key, inner.val: value})
+    body = inner.body
+    while True:
+        match body:
+            case Let(name=n, value=v, body=b):
+                leaf = leaf.bind(**{n: partial(leaf.type_of, v)})
+                body = b
+            case If(then=t):
+                body = t
+            case Sum(key=k, val=v, source=src, body=b):
+                key, value = _binder_types(leaf, src)
+                leaf = leaf.bind(**{k: key, v: value})
+                body = b
+            case _:
+                return leaf
 
 
 def _lookup_singleton(e, _):
@@ -91,7 +133,7 @@ def _unique_singleton_leaf(body: Expr):
     return singleton_leaf(body, unique=True)
 
 
-def _vertical_fusion(e, _):
+def _vertical_fusion(e, scope, suspects: frozenset[str] = frozenset()):
     if not (isinstance(e, Sum) and isinstance(e.source, Sum)):
         return None
     inner = e.source
@@ -99,11 +141,16 @@ def _vertical_fusion(e, _):
     if not found:
         return None
     f, g, wrap = found
+    guard = _empty_entry_guard(e, g, scope, lambda: _leaf_scope(e, scope), suspects)
+    if guard is None:
+        return None  # an empty value is no entry, and only a loop could tell: left to codegen
     body = e.body
     if e.val != "_":
         body = Let(e.val, g, body)
     if e.key != "_":
         body = Let(e.key, f, body)
+    if guard is not False:
+        body = If(guard, body)
     return Sum(inner.key, inner.val, inner.source, wrap(body))
 
 
@@ -159,7 +206,7 @@ def _linear_vertical_fusion(e, _):
     if not (isinstance(e, Sum) and isinstance(e.source, Sum) and e.val != "_"):
         return None
     found = singleton_leaf(e.source.body, unique=False)
-    if not found or not is_linear(e.body, e.val):
+    if not found or not is_linear(e.body, e.val) or not vanishes_on_empty(e.body, e.val):
         return None
     if has_loop(e.body):
         return None  # keys may repeat: a loop in b would run once per entry instead of once per key
@@ -487,10 +534,14 @@ def fuse(expr: Expr, types: dict[str, Type] | None = None, extents: frozenset[st
     >>> print(to_text(fuse(parse("(sum(<_, i> in (2:5)) { i -> x(i) })(k)"))))
     if not (k < 2) then (if k < 5 then x(k))
     """
-    rules = tuple(Rule(r.name, partial(_dense_lookup, extents=frozenset(extents))) if r.apply is _dense_lookup
-                  else r for r in RULES)
+    with_extents = tuple(Rule(r.name, partial(_dense_lookup, extents=frozenset(extents)))
+                         if r.apply is _dense_lookup else r for r in RULES)
     for _ in range(20):
         unique_names = rename_bound(expr, Fresh(all_names(expr)))
+        # binders are unique now: a let-bound number that may be {} is known by its name
+        suspects = let_suspects(unique_names)
+        rules = tuple(Rule(r.name, partial(r.apply, suspects=suspects))
+                      if r.apply in (_sum_over_singleton, _vertical_fusion) else r for r in with_extents)
         fused = rewrite_fixpoint(lookups_at_own_keys(unique_names), rules, types or {}, max_sweeps=1)
         fused = eliminate_dead_lets(inline_atoms(fused))
         if fused == unique_names:
