@@ -117,10 +117,10 @@ class CSRPattern:
     @cached_property
     def transpose(self) -> tuple["CSRPattern", np.ndarray]:
         """(pattern of A^T, perm) with values(A^T) = values(A)[perm]; A.T.T shares this pattern."""
-        perm = np.argsort(self.indices, kind="stable")
-        indptr = np.zeros(self.shape[1] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.indices, minlength=self.shape[1]), out=indptr[1:])
-        transposed = CSRPattern(indptr, self.rows[perm], (self.shape[1], self.shape[0]), check=False)
+        from sparsad.ops.spgemm import csr_transpose  # one counting sort, O(nnz + rows + cols)
+
+        indptr, indices, perm, _ = csr_transpose(self.indptr, self.indices, self.shape)
+        transposed = CSRPattern(indptr, indices, (self.shape[1], self.shape[0]), check=False)
         inverse = np.empty_like(perm)
         inverse[perm] = np.arange(perm.shape[0])
         transposed.__dict__["transpose"] = (self, inverse)
