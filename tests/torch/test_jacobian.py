@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import sparsad.torch as sat
-from sparsad.errors import InputError, ShapeError
+from sparsad.errors import FormatError, InputError, ShapeError
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.jacobian import colour_columns
 
@@ -75,6 +75,10 @@ def test_errors():
         sat.jacobian(lambda x: x, torch.zeros(2, 2, dtype=f64))
     with pytest.raises(ShapeError, match="pattern has shape"):
         sat.jacobian(lambda x: x, torch.zeros(3, dtype=f64), pattern=sp.eye(2).tocsr())
+    bad = sp.eye(3, format="csr")
+    bad.indices[2] = 5  # scipy's constructor let it through; its conversions would read out of bounds
+    with pytest.raises(FormatError, match="pattern"):
+        sat.jacobian(lambda x: x, torch.zeros(3, dtype=f64), pattern=bad)
     with pytest.raises(InputError, match="pass pattern"):
         import importlib
 

@@ -45,10 +45,7 @@ def _as_pattern(pattern: Any, shape: tuple[int | None, int]) -> CSRPattern:
     if isinstance(pattern, SparseMatrix):
         pattern = pattern.pattern
     elif scipy.sparse.issparse(pattern):
-        csr = scipy.sparse.csr_matrix(pattern, copy=True)
-        csr.sum_duplicates()
-        csr.sort_indices()
-        pattern = CSRPattern(csr.indptr, csr.indices, csr.shape, name="pattern")
+        pattern = CSRPattern.from_scipy(pattern, name="pattern")
     elif isinstance(pattern, torch.Tensor) and pattern.layout == torch.strided:
         pattern = SparseMatrix.from_dense((pattern != 0).to(torch.float64)).pattern
     if not isinstance(pattern, CSRPattern):
