@@ -7,6 +7,7 @@ Writes bench/results/solvers_*.csv and solvers_*.png.
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -105,7 +106,8 @@ def spgemm_table(quick: bool) -> list[dict]:
 
 
 def cholesky_table(quick: bool) -> list[dict]:
-    """Solve and logdet, forward + backward, vs the factorisation alone and dense torch.
+    """Solve and logdet, forward + backward, vs the factorisation alone and dense torch (the
+    factorisation and our contenders take turns, fastest of five rounds: see interleaved_fastest).
 
     `logdet_fwd_bwd_s` reuses the pattern (its symbolic phase: ordering-dependent structure of the
     selected inverse, kept on the pattern) as an optimisation loop does; `..._fresh_s` starts
@@ -123,7 +125,6 @@ def cholesky_table(quick: bool) -> list[dict]:
         A = SparseMatrix.from_scipy(m)
         n = m.shape[0]
         b = torch.randn(n, dtype=torch.float64)
-        factor_s = best_time(lambda: CholeskyFactor(A.pattern, m.data), repeat=3)
         factor = CholeskyFactor(A.pattern, m.data)
         selinv_s = best_time(factor.selected_inverse, repeat=3)
 
@@ -139,9 +140,9 @@ def cholesky_table(quick: bool) -> list[dict]:
         def logdet_fb_fresh():
             logdet_fb(CSRPattern(m.indptr, m.indices, m.shape, check=False))
 
-        solve_s = best_time(solve_fb, repeat=3)
-        logdet_s = best_time(logdet_fb, repeat=3, budget_s=60)
-        fresh_s = best_time(logdet_fb_fresh, repeat=3, budget_s=60)
+        times = interleaved_fastest({"factor": lambda: CholeskyFactor(A.pattern, m.data), "solve": solve_fb,
+                                     "logdet": logdet_fb, "fresh": logdet_fb_fresh}, rounds=5, budget_s=60)
+        factor_s, solve_s, logdet_s, fresh_s = times["factor"], times["solve"], times["logdet"], times["fresh"]
         dense_s = float("nan")
         if n <= DENSE_MAX_N:
             dense = torch.tensor(m.toarray())
@@ -198,7 +199,8 @@ def _poisson_pattern(side: int):
 def jacobian_table(quick: bool) -> list[dict]:
     """Colouring Jacobian of a 2-D Poisson residual: sparsad.torch and sparsad.jax vs dense jacfwd
     (torch and JAX, where it fits) and sparsejac (JAX). JAX columns are steady-state jitted calls
-    (the pattern is static, so colouring happens at trace time, as in sparsejac)."""
+    (the pattern is static, so colouring happens at trace time, as in sparsejac). The torch
+    contenders take turns (fastest of five rounds)."""
     import jax
     import jax.numpy as jnp
 
@@ -233,10 +235,12 @@ def jacobian_table(quick: bool) -> list[dict]:
         start = time.perf_counter()
         colours = int(colour_columns(structure).max()) + 1
         colouring_s = time.perf_counter() - start
-        ours_s = best_time(lambda: jacobian(residual, u, pattern=structure), repeat=3, warmup=1, budget_s=30)
-        dense_s = dense_jax_s = sparsejac_s = float("nan")
+        contenders = {"ours": lambda: jacobian(residual, u, pattern=structure)}
         if side <= 64:
-            dense_s = best_time(lambda: torch.func.jacfwd(residual)(u), repeat=3)
+            contenders["dense"] = lambda: torch.func.jacfwd(residual)(u)
+        times = interleaved_fastest(contenders, rounds=5, budget_s=30)
+        ours_s, dense_s = times["ours"], times.get("dense", float("nan"))
+        dense_jax_s = sparsejac_s = float("nan")
         with jax.enable_x64(True):
             uj = jnp.asarray(u.numpy())
             ours_jax = jax.jit(lambda v: sj.jacobian(residual_jax, v, pattern=structure).values)
@@ -291,12 +295,23 @@ def main(quick: bool = False) -> None:
         _main(quick)
 
 
+def _spgemm_summary(rows: list[dict]) -> None:
+    for key in ("first_over_scipy", "torch_first_over_scipy"):
+        if rows:
+            worst = max(rows, key=lambda row: row[key])
+            within = sum(row[key] <= 2.0 for row in rows)
+            print(f"{key}: within 2x on {within} of {len(rows)} matrices; worst {worst['matrix']} {worst[key]:.2f}x")
+
+
 def _main(quick: bool) -> None:
     start = time.perf_counter()
     tables = {}
+    print("load average (1, 5, 15 min) at start: %.1f %.1f %.1f" % os.getloadavg())
     print("SpGEMM first call (symbolic + numeric, fresh pattern) vs SciPy A @ A")
     tables["spgemm"] = spgemm_table(quick)
     print_table(tables["spgemm"])
+    _spgemm_summary(tables["spgemm"])
+    print("load average after SpGEMM: %.1f %.1f %.1f" % os.getloadavg())
     print("\nCholesky: solve and logdet, forward + backward, vs the factorisation and dense torch")
     tables["cholesky"] = cholesky_table(quick)
     print_table(tables["cholesky"])
@@ -322,6 +337,7 @@ def _main(quick: bool) -> None:
                 for row in tables[key] if row[value] == row[value]]  # NaN-free rows
         if rows:
             paths.append(plot_bars("solvers", rows, label, value, title=title, name=f"solvers_{key}"))
+    print("load average at the end: %.1f %.1f %.1f" % os.getloadavg())
     print("\nwrote", *paths, f"in {time.perf_counter() - start:.0f} s")
 
 

@@ -90,7 +90,13 @@ def _supernodes(col_ptr, col_rows):  # pragma: no cover - compiled
     return np.array(starts, dtype=np.int64)
 
 
-@njit(cache=True, nogil=True)
+# The dense block loops of the selected inverse may reassociate sums (LLVM then vectorises the
+# dot products and contracts multiply-adds): 1.3-1.45x faster on bcsstk16/25, results equal to
+# 3e-16 relative.
+_BLOCK_MATH = {"reassoc", "contract"}
+
+
+@njit(cache=True, nogil=True, fastmath=_BLOCK_MATH)
 def _unit_lower_solve_rows(XT, L):  # pragma: no cover - compiled
     """XT <- (X L^-1)^T in place for XT = X^T (rows contiguous), L unit lower triangular."""
     w = L.shape[0]
@@ -102,7 +108,7 @@ def _unit_lower_solve_rows(XT, L):  # pragma: no cover - compiled
                     XT[c, i] -= XT[r, i] * lrc
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=_BLOCK_MATH)
 def _takahashi(col_ptr, col_rows, lvals, d):  # pragma: no cover - compiled
     """Entries of Z = (L D L^T)^-1 on the pattern of the strictly lower unit factor L (CSC, sorted
     rows, closed under fill), from the last supernode to the first (Takahashi / Erisman-Tinney).
