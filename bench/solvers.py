@@ -163,7 +163,8 @@ def cholesky_table(quick: bool) -> list[dict]:
 
 
 def krylov_table(quick: bool) -> list[dict]:
-    """CG with and without AMG / Jacobi: forward, and forward + backward (one adjoint solve)."""
+    """CG with and without AMG / Jacobi: forward, and forward + backward (one adjoint solve), taking
+    turns (fastest of three rounds)."""
     from sparsad.torch import ConvergenceWarning, SparseMatrix, cg
 
     rows = []
@@ -178,13 +179,14 @@ def krylov_table(quick: bool) -> list[dict]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 info = cg(A, b, rtol=1e-8, maxiter=5000, M=M, return_info=True)[1]
-                forward_s = best_time(lambda: cg(A, b, rtol=1e-8, maxiter=5000, M=M), repeat=2, budget_s=30)
 
                 def both():
                     values = A.values.detach().requires_grad_(True)
                     cg(SparseMatrix._wrap(A.pattern, values), b, rtol=1e-8, maxiter=5000, M=M).sum().backward()
 
-                both_s = best_time(both, repeat=2, budget_s=30)
+                times = interleaved_fastest({"forward": lambda: cg(A, b, rtol=1e-8, maxiter=5000, M=M),
+                                             "both": both}, rounds=3, budget_s=30)
+                forward_s, both_s = times["forward"], times["both"]
             rows.append({"matrix": name, "n": m.shape[0], "M": M or "none", "iterations": info.iterations,
                          "converged": info.converged, "forward_s": forward_s, "fwd_bwd_s": both_s,
                          "backward_over_forward": (both_s - forward_s) / forward_s})
