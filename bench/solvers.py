@@ -7,6 +7,7 @@ Writes bench/results/solvers_*.csv and solvers_*.png.
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -52,8 +53,26 @@ def _all_matrices() -> list[str]:
     return sorted(str(p.relative_to(root / "suitesparse"))[:-4] for p in (root / "suitesparse").glob("*/*.mtx"))
 
 
+def interleaved_fastest(fns: dict, rounds: int = 15, budget_s: float = 10.0) -> dict:
+    """Fastest wall time of each callable, the contenders taking turns round by round after one
+    warm-up each: on a shared machine the load changes within seconds, so timing one contender
+    after the other compares different loads; taking turns exposes both to the same."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
+    start = time.perf_counter()
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[key] = min(best[key], time.perf_counter() - t0)
+        if time.perf_counter() - start > budget_s:
+            break
+    return best
+
+
 def spgemm_table(quick: bool) -> list[dict]:
-    """First A @ A (symbolic + numeric, fresh pattern each time) vs SciPy's A @ A."""
+    """First A @ A (symbolic + numeric, fresh pattern each time) vs SciPy's A @ A, taking turns."""
     from sparsad.ops.pattern import CSRPattern
     from sparsad.ops.spgemm import SpGEMM
     from sparsad.torch import SparseMatrix, spgemm
@@ -65,25 +84,30 @@ def spgemm_table(quick: bool) -> list[dict]:
         if m is None:
             continue
         fresh = lambda: CSRPattern(m.indptr, m.indices, m.shape, check=False)  # noqa: E731
-        scipy_s = fastest(lambda: m @ m)
-        first_s = fastest(lambda: SpGEMM.with_values(fresh(), fresh(), m.data, m.data))
         A = SparseMatrix.from_scipy(m)
+        product = fresh().product(fresh())
 
         def torch_first():
             B = SparseMatrix._wrap(fresh(), A.values)
             return spgemm(B, B)
 
-        torch_s = fastest(torch_first)
-        product = fresh().product(fresh())
-        numeric_s = fastest(lambda: product.values(m.data, m.data))
-        rows.append({"matrix": name, "n": m.shape[0], "nnz": m.nnz, "scipy_s": scipy_s, "ours_first_s": first_s,
-                     "ours_first_torch_s": torch_s, "ours_numeric_s": numeric_s,
-                     "first_over_scipy": first_s / scipy_s, "torch_first_over_scipy": torch_s / scipy_s})
+        times = interleaved_fastest({
+            "scipy": lambda: m @ m,
+            "first": lambda: SpGEMM.with_values(fresh(), fresh(), m.data, m.data),
+            "torch_first": torch_first,
+            "numeric": lambda: product.values(m.data, m.data)})
+        scipy_s = times["scipy"]
+        rows.append({"matrix": name, "n": m.shape[0], "nnz": m.nnz, "nnz_out": product.pattern.nnz,
+                     "scipy_s": scipy_s, "ours_first_s": times["first"],
+                     "ours_first_torch_s": times["torch_first"], "ours_numeric_s": times["numeric"],
+                     "first_over_scipy": times["first"] / scipy_s,
+                     "torch_first_over_scipy": times["torch_first"] / scipy_s})
     return rows
 
 
 def cholesky_table(quick: bool) -> list[dict]:
-    """Solve and logdet, forward + backward, vs the factorisation alone and dense torch.
+    """Solve and logdet, forward + backward, vs the factorisation alone and dense torch (the
+    factorisation and our contenders take turns, fastest of five rounds: see interleaved_fastest).
 
     `logdet_fwd_bwd_s` reuses the pattern (its symbolic phase: ordering-dependent structure of the
     selected inverse, kept on the pattern) as an optimisation loop does; `..._fresh_s` starts
@@ -101,7 +125,6 @@ def cholesky_table(quick: bool) -> list[dict]:
         A = SparseMatrix.from_scipy(m)
         n = m.shape[0]
         b = torch.randn(n, dtype=torch.float64)
-        factor_s = best_time(lambda: CholeskyFactor(A.pattern, m.data), repeat=3)
         factor = CholeskyFactor(A.pattern, m.data)
         selinv_s = best_time(factor.selected_inverse, repeat=3)
 
@@ -117,9 +140,9 @@ def cholesky_table(quick: bool) -> list[dict]:
         def logdet_fb_fresh():
             logdet_fb(CSRPattern(m.indptr, m.indices, m.shape, check=False))
 
-        solve_s = best_time(solve_fb, repeat=3)
-        logdet_s = best_time(logdet_fb, repeat=3, budget_s=60)
-        fresh_s = best_time(logdet_fb_fresh, repeat=3, budget_s=60)
+        times = interleaved_fastest({"factor": lambda: CholeskyFactor(A.pattern, m.data), "solve": solve_fb,
+                                     "logdet": logdet_fb, "fresh": logdet_fb_fresh}, rounds=5, budget_s=60)
+        factor_s, solve_s, logdet_s, fresh_s = times["factor"], times["solve"], times["logdet"], times["fresh"]
         dense_s = float("nan")
         if n <= DENSE_MAX_N:
             dense = torch.tensor(m.toarray())
@@ -140,7 +163,8 @@ def cholesky_table(quick: bool) -> list[dict]:
 
 
 def krylov_table(quick: bool) -> list[dict]:
-    """CG with and without AMG / Jacobi: forward, and forward + backward (one adjoint solve)."""
+    """CG with and without AMG / Jacobi: forward, and forward + backward (one adjoint solve), taking
+    turns (fastest of three rounds)."""
     from sparsad.torch import ConvergenceWarning, SparseMatrix, cg
 
     rows = []
@@ -155,13 +179,14 @@ def krylov_table(quick: bool) -> list[dict]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 info = cg(A, b, rtol=1e-8, maxiter=5000, M=M, return_info=True)[1]
-                forward_s = best_time(lambda: cg(A, b, rtol=1e-8, maxiter=5000, M=M), repeat=2, budget_s=30)
 
                 def both():
                     values = A.values.detach().requires_grad_(True)
                     cg(SparseMatrix._wrap(A.pattern, values), b, rtol=1e-8, maxiter=5000, M=M).sum().backward()
 
-                both_s = best_time(both, repeat=2, budget_s=30)
+                times = interleaved_fastest({"forward": lambda: cg(A, b, rtol=1e-8, maxiter=5000, M=M),
+                                             "both": both}, rounds=3, budget_s=30)
+                forward_s, both_s = times["forward"], times["both"]
             rows.append({"matrix": name, "n": m.shape[0], "M": M or "none", "iterations": info.iterations,
                          "converged": info.converged, "forward_s": forward_s, "fwd_bwd_s": both_s,
                          "backward_over_forward": (both_s - forward_s) / forward_s})
@@ -176,7 +201,8 @@ def _poisson_pattern(side: int):
 def jacobian_table(quick: bool) -> list[dict]:
     """Colouring Jacobian of a 2-D Poisson residual: sparsad.torch and sparsad.jax vs dense jacfwd
     (torch and JAX, where it fits) and sparsejac (JAX). JAX columns are steady-state jitted calls
-    (the pattern is static, so colouring happens at trace time, as in sparsejac)."""
+    (the pattern is static, so colouring happens at trace time, as in sparsejac). The torch
+    contenders take turns (fastest of five rounds)."""
     import jax
     import jax.numpy as jnp
 
@@ -211,10 +237,12 @@ def jacobian_table(quick: bool) -> list[dict]:
         start = time.perf_counter()
         colours = int(colour_columns(structure).max()) + 1
         colouring_s = time.perf_counter() - start
-        ours_s = best_time(lambda: jacobian(residual, u, pattern=structure), repeat=3, warmup=1, budget_s=30)
-        dense_s = dense_jax_s = sparsejac_s = float("nan")
+        contenders = {"ours": lambda: jacobian(residual, u, pattern=structure)}
         if side <= 64:
-            dense_s = best_time(lambda: torch.func.jacfwd(residual)(u), repeat=3)
+            contenders["dense"] = lambda: torch.func.jacfwd(residual)(u)
+        times = interleaved_fastest(contenders, rounds=5, budget_s=30)
+        ours_s, dense_s = times["ours"], times.get("dense", float("nan"))
+        dense_jax_s = sparsejac_s = float("nan")
         with jax.enable_x64(True):
             uj = jnp.asarray(u.numpy())
             ours_jax = jax.jit(lambda v: sj.jacobian(residual_jax, v, pattern=structure).values)
@@ -269,12 +297,23 @@ def main(quick: bool = False) -> None:
         _main(quick)
 
 
+def _spgemm_summary(rows: list[dict]) -> None:
+    for key in ("first_over_scipy", "torch_first_over_scipy"):
+        if rows:
+            worst = max(rows, key=lambda row: row[key])
+            within = sum(row[key] <= 2.0 for row in rows)
+            print(f"{key}: within 2x on {within} of {len(rows)} matrices; worst {worst['matrix']} {worst[key]:.2f}x")
+
+
 def _main(quick: bool) -> None:
     start = time.perf_counter()
     tables = {}
+    print("load average (1, 5, 15 min) at start: %.1f %.1f %.1f" % os.getloadavg())
     print("SpGEMM first call (symbolic + numeric, fresh pattern) vs SciPy A @ A")
     tables["spgemm"] = spgemm_table(quick)
     print_table(tables["spgemm"])
+    _spgemm_summary(tables["spgemm"])
+    print("load average after SpGEMM: %.1f %.1f %.1f" % os.getloadavg())
     print("\nCholesky: solve and logdet, forward + backward, vs the factorisation and dense torch")
     tables["cholesky"] = cholesky_table(quick)
     print_table(tables["cholesky"])
@@ -300,6 +339,7 @@ def _main(quick: bool) -> None:
                 for row in tables[key] if row[value] == row[value]]  # NaN-free rows
         if rows:
             paths.append(plot_bars("solvers", rows, label, value, title=title, name=f"solvers_{key}"))
+    print("load average at the end: %.1f %.1f %.1f" % os.getloadavg())
     print("\nwrote", *paths, f"in {time.perf_counter() - start:.0f} s")
 
 

@@ -10,7 +10,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import sparsad.jax as sj  # noqa: E402
-from sparsad.errors import InputError, ShapeError  # noqa: E402
+from sparsad.errors import FormatError, InputError, ShapeError  # noqa: E402
 
 TOL = dict(rtol=1e-12, atol=1e-12)
 
@@ -79,6 +79,10 @@ def test_bad_arguments_raise_our_errors():
     f = poisson_residual(3)
     with pytest.raises(ShapeError, match="pattern has shape"):
         sj.jacobian(f, jnp.ones(9), pattern=sp.eye(4).tocsr())
+    bad = sp.eye(9, format="coo")
+    bad.col[0] = -1  # scipy's constructor let it through; its conversions would read out of bounds
+    with pytest.raises(FormatError, match="pattern"):
+        sj.jacobian(f, jnp.ones(9), pattern=bad)
     with pytest.raises(InputError, match="1-D"):
         sj.jacobian(f, jnp.ones((3, 3)))
     with pytest.raises(InputError, match="concrete x"):

@@ -97,3 +97,54 @@ def test_product_shape_mismatch():
 def test_diagonal_positions():
     pattern = pattern_of(np.array([[1.0, 2, 0], [0, 0, 3], [4, 0, 5]]))
     np.testing.assert_array_equal(pattern.diagonal_positions, [0, -1, 4])
+
+
+def _malformed_scipy():
+    """scipy matrices whose arrays scipy's constructors let through (they check little) but whose
+    conversion or sum_duplicates would read out of bounds."""
+    out_of_range = sp.csr_matrix((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
+    out_of_range.indices[1] = 7
+    negative = sp.csr_matrix((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
+    negative.indices[0] = -3
+    decreasing = sp.csr_matrix((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
+    decreasing.indptr[1] = 5
+    coo = sp.coo_matrix((np.ones(2), (np.array([0, 1]), np.array([0, 1]))), shape=(2, 2))
+    coo.row[1] = 9
+    csc = sp.csc_matrix((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
+    csc.indices[0] = 2
+    return [(out_of_range, "column|indices"), (negative, "negative|indices"), (decreasing, "non-decreasing"),
+            (coo, "mode 0"), (csc, "indices")]
+
+
+@pytest.mark.parametrize("matrix, fragment", _malformed_scipy())
+def test_from_scipy_validates_before_scipy_reads_the_arrays(matrix, fragment):
+    with pytest.raises(FormatError, match="pattern") as info:
+        CSRPattern.from_scipy(matrix)
+    assert any(word in str(info.value) for word in fragment.split("|")), str(info.value)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(0, 8), n=st.integers(0, 8), entries=st.integers(0, 30), seed=st.integers(0, 2**31),
+       fmt=st.sampled_from(["coo", "csr", "csc", "lil", "dok", "bsr"]))
+def test_from_scipy_has_one_entry_per_stored_coordinate(m, n, entries, seed, fmt):
+    """Duplicates (even cancelling ones) merge to one entry, explicit zeros stay, rows sorted."""
+    rng = np.random.default_rng(seed)
+    rows, cols = rng.integers(0, max(m, 1), entries), rng.integers(0, max(n, 1), entries)
+    if m == 0 or n == 0:
+        rows, cols = rows[:0], cols[:0]
+    values = rng.choice([-1.0, 0.0, 1.0], rows.shape[0])
+    matrix = sp.coo_matrix((values, (rows, cols)), shape=(m, n)).asformat(fmt)
+    pattern = CSRPattern.from_scipy(matrix)
+    if fmt in ("coo", "csr", "csc", "bsr"):  # these formats keep every stored coordinate
+        expected = np.zeros((m, n), dtype=bool)
+        expected[rows, cols] = True
+        assert pattern.nnz == int(expected.sum())
+        np.testing.assert_array_equal(dense_mask(pattern), expected)
+    else:  # lil and dok store each coordinate once (the last assignment)
+        assert pattern.nnz == matrix.nnz
+    assert pattern.shape == (m, n)
+
+
+def test_from_scipy_refuses_what_is_not_scipy():
+    with pytest.raises(FormatError, match="scipy.sparse"):
+        CSRPattern.from_scipy(np.eye(2))

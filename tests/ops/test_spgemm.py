@@ -102,9 +102,9 @@ def test_bad_arguments_raise_our_errors():
 
 @settings(max_examples=20, deadline=None)
 @given(n=st.integers(1, 40), k=st.integers(1, 6), seed=st.integers(0, 2**31))
-def test_first_call_grows_and_sorts_rows_made_of_many_runs(n, k, seed):
-    """Outer-product-like products (output far beyond the inputs' size: the buffers must grow) with
-    scattered columns (each row is k interleaved sorted runs, merged rather than scanned)."""
+def test_first_call_sorts_rows_made_of_many_runs(n, k, seed):
+    """Outer-product-like products (output far beyond the inputs' size) with scattered columns (each
+    row is k interleaved sorted runs): the first call's rows come out sorted."""
     rng = np.random.default_rng(seed)
     a = sp.random(n, k, density=1.0, format="csr", random_state=rng)
     b = sp.csr_matrix(sp.random(k, 50 * n, density=min(1.0, 3.0 / n), random_state=rng))
@@ -116,3 +116,27 @@ def test_first_call_grows_and_sorts_rows_made_of_many_runs(n, k, seed):
     dense = (a @ b).toarray()
     np.testing.assert_allclose(values, dense[product.pattern.rows, product.pattern.indices], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(product.values(a.data, b.data), values, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 15), density=st.floats(0.0, 1.0), seed=st.integers(0, 2**31), cached=st.booleans())
+def test_square_of_one_pattern_with_two_value_arrays(n, density, seed, cached):
+    """A @ B where A and B share one pattern (one transpose serves both) but not their values, with
+    and without the patterns' cached transposes; rows of the first call come out sorted."""
+    rng = np.random.default_rng(seed)
+    a = sp.random(n, n, density=density, format="csr", random_state=rng)
+    a.sort_indices()
+    b_values = rng.standard_normal(a.nnz)
+    pattern = pattern_of(a)
+    if cached:
+        pattern.transpose  # noqa: B018 - the first call then reads the cached columns
+    product, values = SpGEMM.with_values(pattern, pattern, a.data, b_values)
+    b = sp.csr_matrix((b_values, a.indices, a.indptr), shape=a.shape)
+    expected = structural(a, a)
+    assert np.array_equal(product.pattern.indptr, expected.indptr)
+    assert np.array_equal(product.pattern.indices, expected.indices)
+    dense = (a @ b).toarray()
+    np.testing.assert_allclose(values, dense[product.pattern.rows, product.pattern.indices], rtol=1e-12, atol=1e-12)
+    same, squared = SpGEMM.with_values(pattern, pattern, a.data, a.data)
+    np.testing.assert_allclose(squared, (a @ a).toarray()[same.pattern.rows, same.pattern.indices], rtol=1e-12,
+                               atol=1e-12)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import sparsad.torch as sat
-from sparsad.errors import InputError, ShapeError
+from sparsad.errors import FormatError, InputError, ShapeError
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.jacobian import colour_columns
 
@@ -75,6 +75,10 @@ def test_errors():
         sat.jacobian(lambda x: x, torch.zeros(2, 2, dtype=f64))
     with pytest.raises(ShapeError, match="pattern has shape"):
         sat.jacobian(lambda x: x, torch.zeros(3, dtype=f64), pattern=sp.eye(2).tocsr())
+    bad = sp.eye(3, format="csr")
+    bad.indices[2] = 5  # scipy's constructor let it through; its conversions would read out of bounds
+    with pytest.raises(FormatError, match="pattern"):
+        sat.jacobian(lambda x: x, torch.zeros(3, dtype=f64), pattern=bad)
     with pytest.raises(InputError, match="pass pattern"):
         import importlib
 
@@ -107,3 +111,17 @@ def test_star_coloured_hessian_matches_dense_on_random_coupling_graphs(n, densit
     for colouring in ("star", "distance1"):
         H = sat.hessian(f, x, pattern=sp.csr_matrix(mask.astype(float)), colouring=colouring)
         torch.testing.assert_close(H.to_dense(), dense)
+
+
+def test_repeated_calls_with_a_function_that_updates_its_input_in_place():
+    """The seeds kept on the pattern are handed out as copies: forward AD applies f's in-place
+    update of its input to the tangent too, which must not leak into the next call."""
+    def doubling(x):
+        x.mul_(2.0)
+        return x[1:] * x[:-1]
+
+    x = torch.arange(1.0, 7.0, dtype=f64)
+    expected = torch.func.jacfwd(lambda z: (2 * z)[1:] * (2 * z)[:-1])(x)
+    pattern = sat.SparseMatrix.from_scipy(sp.diags([1.0, 1.0], [0, 1], shape=(5, 6)).tocsr()).pattern
+    for _ in range(3):
+        torch.testing.assert_close(sat.jacobian(doubling, x.clone(), pattern=pattern).to_dense(), expected)

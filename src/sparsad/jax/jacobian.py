@@ -34,10 +34,7 @@ def _as_pattern(pattern: Any, shape: tuple[int, int]) -> CSRPattern:
     if isinstance(pattern, SparseMatrix):
         pattern = pattern.pattern
     elif scipy.sparse.issparse(pattern):
-        csr = scipy.sparse.csr_matrix(pattern, copy=True)
-        csr.sum_duplicates()
-        csr.sort_indices()
-        pattern = CSRPattern(csr.indptr, csr.indices, csr.shape, name="pattern")
+        pattern = CSRPattern.from_scipy(pattern, name="pattern")
     elif type(pattern).__name__ in ("BCOO", "BCSR"):
         pattern = (SparseMatrix.from_bcoo(pattern) if type(pattern).__name__ == "BCOO"
                    else SparseMatrix.from_bcsr(pattern)).pattern

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +90,31 @@ class CSRPattern:
                     f"row {row} is not. Canonicalise with scipy (sum_duplicates(), sort_indices()) or "
                     f"build with SparseMatrix.from_scipy")
 
+    @classmethod
+    def from_scipy(cls, matrix: Any, name: str = "pattern") -> "CSRPattern":
+        """The structure of a scipy.sparse matrix or array of any format: one entry per stored
+        coordinate (duplicates merged, explicit zeros kept: they are part of the mask), rows sorted.
+
+        Its index arrays are validated in O(nnz) first, naming `name`: scipy's constructors check
+        little and its C++ routines (conversion, sum_duplicates) trust the rest and may crash.
+
+        >>> import scipy.sparse as sp
+        >>> CSRPattern.from_scipy(sp.coo_matrix(([1.0, 2.0, 0.0], ([0, 0, 1], [1, 1, 0])), shape=(2, 2)))
+        CSRPattern(shape=(2, 2), nnz=2)
+        """
+        import scipy.sparse
+
+        from sparsad.formats.validate import check_scipy
+
+        if not scipy.sparse.issparse(matrix):
+            raise FormatError(f"{name} must be a scipy.sparse matrix or array, got {type(matrix).__name__}")
+        check_scipy(matrix, name)
+        # values do not matter for a structure: booleans (merged duplicates OR together, never cancel)
+        csr = scipy.sparse.csr_matrix(matrix.astype(np.bool_, copy=True))
+        csr.sum_duplicates()
+        csr.sort_indices()
+        return cls(csr.indptr, csr.indices, csr.shape, name=name)
+
     # -- basic facts ---------------------------------------------------------------------------
     @property
     def nnz(self) -> int:
@@ -117,10 +143,10 @@ class CSRPattern:
     @cached_property
     def transpose(self) -> tuple["CSRPattern", np.ndarray]:
         """(pattern of A^T, perm) with values(A^T) = values(A)[perm]; A.T.T shares this pattern."""
-        perm = np.argsort(self.indices, kind="stable")
-        indptr = np.zeros(self.shape[1] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.indices, minlength=self.shape[1]), out=indptr[1:])
-        transposed = CSRPattern(indptr, self.rows[perm], (self.shape[1], self.shape[0]), check=False)
+        from sparsad.ops.spgemm import csr_transpose  # one counting sort, O(nnz + rows + cols)
+
+        indptr, indices, perm, _ = csr_transpose(self.indptr, self.indices, self.shape)
+        transposed = CSRPattern(indptr, indices, (self.shape[1], self.shape[0]), check=False)
         inverse = np.empty_like(perm)
         inverse[perm] = np.arange(perm.shape[0])
         transposed.__dict__["transpose"] = (self, inverse)

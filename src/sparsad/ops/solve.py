@@ -90,7 +90,13 @@ def _supernodes(col_ptr, col_rows):  # pragma: no cover - compiled
     return np.array(starts, dtype=np.int64)
 
 
-@njit(cache=True, nogil=True)
+# The dense block loops of the selected inverse may reassociate sums (LLVM then vectorises the
+# dot products and contracts multiply-adds): 1.3-1.45x faster on bcsstk16/25, results equal to
+# 3e-16 relative.
+_BLOCK_MATH = {"reassoc", "contract"}
+
+
+@njit(cache=True, nogil=True, fastmath=_BLOCK_MATH)
 def _unit_lower_solve_rows(XT, L):  # pragma: no cover - compiled
     """XT <- (X L^-1)^T in place for XT = X^T (rows contiguous), L unit lower triangular."""
     w = L.shape[0]
@@ -102,7 +108,7 @@ def _unit_lower_solve_rows(XT, L):  # pragma: no cover - compiled
                     XT[c, i] -= XT[r, i] * lrc
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=_BLOCK_MATH)
 def _takahashi(col_ptr, col_rows, lvals, d):  # pragma: no cover - compiled
     """Entries of Z = (L D L^T)^-1 on the pattern of the strictly lower unit factor L (CSC, sorted
     rows, closed under fill), from the last supernode to the first (Takahashi / Erisman-Tinney).
@@ -180,19 +186,48 @@ def _takahashi(col_ptr, col_rows, lvals, d):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _positions(col_ptr, col_rows, columns, rows):  # pragma: no cover - compiled
-    """Position of (rows[e], columns[e]) in a CSC pattern with sorted rows, -1 where not stored."""
-    out = np.empty(columns.shape[0], dtype=np.int64)
-    for e in range(columns.shape[0]):
-        lo, hi = col_ptr[columns[e]], col_ptr[columns[e] + 1]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if col_rows[mid] < rows[e]:
-                lo = mid + 1
-            else:
-                hi = mid
-        out[e] = lo if lo < col_ptr[columns[e] + 1] and col_rows[lo] == rows[e] else -1
-    return out
+def _entry_slots(indptr, indices, perm, mirror, col_ptr, col_rows):  # pragma: no cover - compiled
+    """Slot of each stored entry of a symmetric A in the closed lower pattern of its factor (CSC of
+    P A P^T), -1 on the diagonal: entry (i, j) sits at (max, min) of (perm[i], perm[j]), and its
+    mirror (j, i) (`mirror`: positions of the transposed entries) in the same slot. One stamp of
+    each factor column: O(n + nnz(A) + nnz(L)), no search."""
+    n = perm.shape[0]
+    original = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        original[perm[i]] = i
+    where = np.empty(n, dtype=np.int64)
+    mark = np.full(n, -1, dtype=np.int64)
+    slots = np.full(indices.shape[0], -1, dtype=np.int64)
+    for c in range(n):
+        for q in range(col_ptr[c], col_ptr[c + 1]):
+            mark[col_rows[q]] = c
+            where[col_rows[q]] = q
+        i = original[c]
+        for p in range(indptr[i], indptr[i + 1]):
+            h = perm[indices[p]]
+            if h > c:  # closure: every entry of A lies in its factor's pattern
+                slot = where[h] if mark[h] == c else -1
+                slots[p] = slot
+                slots[mirror[p]] = slot
+    return slots
+
+
+@njit(cache=True, nogil=True)
+def _scatter_lower(l_ptr, l_rows, l_data, col_ptr, col_rows, out):  # pragma: no cover - compiled
+    """Values of a unit lower factor (CSC, rows in any order) on the closed pattern (col_ptr,
+    col_rows): entries the factor stores beyond it are dropped, missing ones stay zero (out arrives
+    zeroed). O(n + nnz), no sort."""
+    n = col_ptr.shape[0] - 1
+    where = np.empty(n, dtype=np.int64)
+    mark = np.full(n, -1, dtype=np.int64)
+    for c in range(n):
+        for q in range(col_ptr[c], col_ptr[c + 1]):
+            mark[col_rows[q]] = c
+            where[col_rows[q]] = q
+        for p in range(l_ptr[c], l_ptr[c + 1]):
+            r = l_rows[p]
+            if r != c and mark[r] == c:
+                out[where[r]] = l_data[p]
 
 
 class ConvergenceWarning(RuntimeWarning):
@@ -400,10 +435,8 @@ class CholeskyFactor(LUFactor):
             perm = self.perm.astype(np.int64)
             row_ptr, row_cols = _permuted_rows(pattern.indptr.astype(np.int64), pattern.indices.astype(np.int64), perm)
             col_ptr, col_rows = _cholesky_columns(row_ptr, row_cols, n)
-            prow, pcol = perm[pattern.rows], perm[pattern.indices]
-            low, high = np.minimum(prow, pcol), np.maximum(prow, pcol)
-            slots = _positions(col_ptr, col_rows, low, high)
-            slots[low == high] = -1
+            _, mirror = pattern.transpose  # the pattern is symmetric (checked): (j, i) of each (i, j)
+            slots = _entry_slots(pattern.indptr, pattern.indices, perm, mirror, col_ptr, col_rows)
             cache.clear()  # one ordering kept per pattern
             cache[key] = (col_ptr, col_rows, slots)
         return cache[key]
@@ -412,17 +445,9 @@ class CholeskyFactor(LUFactor):
         """SuperLU's unit lower factor's values on the closed pattern (entries SuperLU keeps beyond it,
         from relaxed supernodes, are structural zeros and are dropped; missing ones are zero)."""
         factor = self.lu.L
-        if not factor.has_sorted_indices:
-            factor = factor.copy()
-            factor.sort_indices()
-        columns = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(factor.indptr))
-        strict = factor.indices != columns
-        if np.array_equal(factor.indices[strict], col_rows) and \
-                np.array_equal(np.cumsum(np.bincount(columns[strict], minlength=self.n)), col_ptr[1:]):
-            return np.ascontiguousarray(factor.data[strict], dtype=self.dtype)
-        lcols = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(col_ptr))
-        where = _positions(factor.indptr.astype(np.int64), factor.indices.astype(np.int64), lcols, col_rows)
-        return np.where(where >= 0, factor.data[np.maximum(where, 0)], 0.0).astype(self.dtype)
+        out = np.zeros(col_rows.shape[0], dtype=self.dtype)
+        _scatter_lower(factor.indptr, factor.indices, factor.data.astype(self.dtype, copy=False), col_ptr, col_rows, out)
+        return out
 
     def logdet(self) -> float:
         """log det A = sum log D."""

@@ -45,10 +45,7 @@ def _as_pattern(pattern: Any, shape: tuple[int | None, int]) -> CSRPattern:
     if isinstance(pattern, SparseMatrix):
         pattern = pattern.pattern
     elif scipy.sparse.issparse(pattern):
-        csr = scipy.sparse.csr_matrix(pattern, copy=True)
-        csr.sum_duplicates()
-        csr.sort_indices()
-        pattern = CSRPattern(csr.indptr, csr.indices, csr.shape, name="pattern")
+        pattern = CSRPattern.from_scipy(pattern, name="pattern")
     elif isinstance(pattern, torch.Tensor) and pattern.layout == torch.strided:
         pattern = SparseMatrix.from_dense((pattern != 0).to(torch.float64)).pattern
     if not isinstance(pattern, CSRPattern):
@@ -74,12 +71,21 @@ def _detect(dense_at: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, s
     return SparseMatrix.from_dense(mask.to(torch.float64)).pattern
 
 
-def _compressed(colours: np.ndarray, products: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
-                ) -> torch.Tensor:
-    """(colours, m): the product with each colour's seed (the sum of its unit vectors)."""
-    n_colours = int(colours.max()) + 1 if colours.size else 0
-    colour_t = torch.as_tensor(colours, device=x.device)
-    seeds = (colour_t[None, :] == torch.arange(n_colours, device=x.device)[:, None]).to(x.dtype)
+def _seeds(pattern: CSRPattern, kind: str, colours: np.ndarray, x: torch.Tensor) -> torch.Tensor:
+    """(colours, n): each colour's seed, the sum of its unit vectors; kept on the pattern per
+    (kind, dtype, device), as its colouring is. Handed out as a copy: f may update its input in
+    place, which forward AD applies to the tangent too."""
+    cache = pattern.__dict__.setdefault("_torch_seeds", {})
+    key = (kind, x.dtype, x.device)
+    if key not in cache:
+        n_colours = int(colours.max()) + 1 if colours.size else 0
+        colour_t = torch.as_tensor(colours, device=x.device)
+        cache[key] = (colour_t[None, :] == torch.arange(n_colours, device=x.device)[:, None]).to(x.dtype)
+    return cache[key].clone()
+
+
+def _compressed(seeds: torch.Tensor, products: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """(colours, m): the product with each colour's seed."""
     if seeds.numel() <= VMAP_MAX_ENTRIES:
         try:
             return torch.func.vmap(products)(seeds)  # all compressed products in one call
@@ -96,7 +102,7 @@ def _recover(pattern: CSRPattern, kind: str, products: Callable[[torch.Tensor], 
     if pattern.nnz == 0:
         return SparseMatrix._wrap(pattern, torch.zeros(0, dtype=x.dtype, device=x.device))
     colours, gather = compression_plan(pattern, kind)
-    stacked = _compressed(colours, products, x)
+    stacked = _compressed(_seeds(pattern, kind, colours, x), products)
     if stacked.ndim != 2 or stacked.shape[1] != pattern.shape[0]:
         raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
                          f"{pattern.shape[0]} rows; f must return a 1-D tensor of that length")

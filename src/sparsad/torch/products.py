@@ -31,6 +31,7 @@ def _other_roles(out_role: int) -> tuple[int, int]:
     return tuple(r for r in range(3) if r != out_role)  # type: ignore[return-value]
 
 
+@torch.compiler.disable  # Numba kernels on NumPy views: a graph break under torch.compile, not a trace
 def _evaluate(product: SpGEMM, out_role: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     if _autograd._use_numba(u):
         ru, rv = _other_roles(out_role)
@@ -92,10 +93,17 @@ def spgemm_values(product: SpGEMM, a: torch.Tensor, b: torch.Tensor) -> torch.Te
     return _Gustavson.apply(product, 2, a, b)
 
 
+@torch.compiler.disable  # the symbolic phase and a Numba kernel: a graph break, not a trace
+def _first_product(a_pattern: CSRPattern, a: torch.Tensor, b_pattern: CSRPattern, b: torch.Tensor):
+    """(SpGEMM, values of A B as a tensor): symbolic and numeric phases fused on a first call."""
+    product, first = a_pattern.product_with_values(b_pattern, a.detach().numpy(), b.detach().numpy())
+    return product, torch.from_numpy(first)
+
+
 def spgemm(a_pattern: CSRPattern, a: torch.Tensor, b_pattern: CSRPattern, b: torch.Tensor):
     """(pattern of A B, its values): the first call for a pattern pair fuses both phases."""
     if _autograd._use_numba(a) and not any(_wrapped(t) for t in (a, b)):
-        product, first = a_pattern.product_with_values(b_pattern, a.detach().numpy(), b.detach().numpy())
-        return product.pattern, _Gustavson.apply(product, 2, a, b, torch.from_numpy(first))
+        product, first = _first_product(a_pattern, a, b_pattern, b)
+        return product.pattern, _Gustavson.apply(product, 2, a, b, first)
     product = a_pattern.product(b_pattern)
     return product.pattern, _Gustavson.apply(product, 2, a, b)
