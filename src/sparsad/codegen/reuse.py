@@ -56,12 +56,19 @@ _NO_TAIL = np.zeros(0, np.uint8)
 def content_hash(array: np.ndarray) -> int:
     """A 64-bit checksum of an array's bytes (read as 64-bit words) that changes whenever any
     one word, or the length, does."""
+    words, tail = _words(array)
+    return int(_checksum_words(words, tail))
+
+
+def _words(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The array's bytes as (64-bit words, the last < 8 bytes): views of its own buffer when it
+    is contiguous (then they follow its contents), else of a copy."""
     flat = array if array.ndim == 1 and array.flags.c_contiguous else np.ascontiguousarray(array).reshape(-1)
     if flat.nbytes % 8 == 0:
-        return int(_checksum_words(flat.view(np.uint64), _NO_TAIL))
+        return flat.view(np.uint64), _NO_TAIL
     raw = flat.view(np.uint8)
     cut = raw.shape[0] - raw.shape[0] % 8
-    return int(_checksum_words(raw[:cut].view(np.uint64), raw[cut:]))
+    return raw[:cut].view(np.uint64), raw[cut:]
 
 
 def source_arrays(value: Any) -> tuple[tuple[np.ndarray, ...], int] | None:
@@ -94,7 +101,7 @@ class _Entry:
     """The last input of one name: the object, its arrays and their layouts, the checksums of
     the arrays the stored form does not share, and the stored form."""
 
-    __slots__ = ("value", "key", "shape", "arrays", "layouts", "checked", "sums", "stored")
+    __slots__ = ("value", "key", "shape", "arrays", "layouts", "checked", "views", "sums", "stored")
 
     def __init__(self, value: Any, key: Any, arrays: tuple, checked: tuple[int, ...], stored: Any):
         self.value, self.key, self.stored = value, key, stored
@@ -102,7 +109,11 @@ class _Entry:
         self.arrays = arrays  # kept alive: their ids stay theirs
         self.layouts = tuple((a.shape, a.strides, a.dtype) for a in arrays)
         self.checked = checked
-        self.sums = tuple(content_hash(arrays[i]) for i in checked)
+        # word views of the checked arrays, made once: an array that is the same object with the
+        # same layout has the same buffer, so the views read its current contents (a copy, for
+        # a non-contiguous array, would not: those are viewed again on every call)
+        self.views = tuple(_words(arrays[i]) if arrays[i].flags.c_contiguous else None for i in checked)
+        self.sums = tuple(int(_checksum_words(*(v or _words(arrays[i])))) for i, v in zip(checked, self.views))
 
     def holds(self, value: Any, key: Any, arrays: tuple) -> bool:
         """Whether `value` is still what this entry was made from (see the module docstring)."""
@@ -113,8 +124,8 @@ class _Entry:
             if array is not old or array.shape != shape or array.strides != strides or \
                     (array.dtype is not dtype and array.dtype != dtype):
                 return False
-        for i, expected in zip(self.checked, self.sums):
-            if content_hash(arrays[i]) != expected:
+        for i, views, expected in zip(self.checked, self.views, self.sums):
+            if _checksum_words(*(views or _words(arrays[i]))) != expected:
                 return False
         return True
 
