@@ -764,9 +764,40 @@ def summarize(rows: list[dict]) -> list[str]:
                          f"worst {ran_compiled[-1]:.3g}x, within 5x: {sum(x <= 5 for x in ran_compiled)}")
         lines.append("misses (> 5x the closed form), with cause:")
         for r in sorted((r for r in timed if r["ratio"] > 5), key=lambda r: -r["ratio"]):
-            why = r["cause"][:110] if r["status"] != "compiled" else "compiled kernel slower than the closed form"
-            lines.append(f"  {r['ratio']:9.3g}x  {r['program']}/{r['wrt']}/{r['kind']}: {r['status']}: {why}")
+            lines.append(f"  {r['ratio']:9.3g}x  {r['program']}/{r['wrt']}/{r['kind']}: {r['status']}: {miss_cause(r)}")
     return lines
+
+
+PER_CALL_S = 50e-6  # a few times the cost of a call that does nothing (about 7-20 us)
+
+
+def miss_cause(row: dict) -> str:
+    """What the row tells about a slow case: a fallback's cause, or where the time goes."""
+    if row["status"] != "compiled":
+        return row["cause"][:110]
+    ours, closed = row["sparsad_s"], row["closed_s"]
+    times = f"sparsad {ours * 1e6:.0f} us vs closed form {closed * 1e6:.0f} us"
+    if ours < PER_CALL_S:
+        return f"per-call overhead: {times} (a whole call under {PER_CALL_S * 1e6:.0f} us is mostly the Python " \
+               "call path: `python -m bench.nablasd --smvm-scipy` measures it)"
+    out = f", returns {row['out_type']}" if row.get("out_type") else ""
+    return f"the compiled kernel: {times}{out}"
+
+
+def summary_from_csv(path=None) -> list[str]:
+    """The summary again from a written CSV (no re-measuring)."""
+    import csv
+
+    from bench.common import RESULTS_DIR
+
+    with open(path or RESULTS_DIR / f"{SUITE}.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for r in rows:
+        for k in ("err_closed", "err_jax", "sparsad_s", "closed_s", "ratio", "bcoo_s", "torch_s", "first_s"):
+            if r.get(k) not in ("", None):
+                with contextlib.suppress(ValueError):
+                    r[k] = float(r[k])
+    return summarize(rows)
 
 
 def _bad(err) -> bool:
@@ -1055,7 +1086,9 @@ def main(quick: bool = False, only: list[str] | None = None, kinds: tuple = KIND
         print(line)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--summary" in sys.argv[1:]:
+    print("\n".join(summary_from_csv()))
+elif __name__ == "__main__":
     chosen = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")]
     chosen_kinds = [tuple(a.split("=", 1)[1].split(",")) for a in sys.argv[1:] if a.startswith("--kinds=")]
     main(quick="--quick" in sys.argv[1:], only=chosen[0] if chosen else None,

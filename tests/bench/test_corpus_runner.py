@@ -57,6 +57,8 @@ def test_rows_are_appended_as_they_come_and_a_resumed_run_skips_them(results, mo
     assert {r["program"] for r in rows} == {"lsq", "hadamard_sum"} and {r["status"] for r in rows} == {"compiled"}
     C.main(quick=True, only=["lsq"], kinds=("grad",), isolate=False)  # not resumed: measured again
     assert len((results / "corpus_partial.jsonl").read_text().splitlines()) == 4
+    summary = C.summary_from_csv(results / "corpus.csv")  # the summary again, from the CSV alone
+    assert any("median 2x" in line for line in summary)
 
 
 def test_the_scalar_jvp_closed_form_never_densifies():
