@@ -727,6 +727,9 @@ def summarize(rows: list[dict]) -> list[str]:
     derivs = [r for r in rows if r["kind"] != "value" and r["status"] != "skipped"]
     lines = [f"cases not run (time budget spent): {len(skipped)}"] if skipped else []
     n = len(derivs)
+    for r in derivs:  # a first call stopped by the soft cap is a timeout too
+        if r["status"] == "error" and r.get("error_type") == "Timeout":
+            r["status"] = "timeout"
     fallbacks = [r for r in derivs if r["status"] == "fallback"]
     errors = [r for r in derivs if r["status"] == "error"]
     timeouts = [r for r in derivs if r["status"] == "timeout"]
