@@ -8,10 +8,18 @@ steady time against the closed form (and against JAX BCOO and PyTorch sparse whe
 gives them). Real inputs come from ../shared/data (synthetic of a similar size if absent).
 
     sparsad bench corpus [--quick]        # quick: small inputs, references only
+    python -m bench.corpus [--quick] [--resume] [--only=spmv,lsq] [--kinds=grad,vjp]
+
+At real size each case runs in a worker process that is stopped past SPARSAD_BENCH_CASE_TIMEOUT_S
+(default 120 s; the case is recorded as a timeout), the whole run stops starting cases past
+SPARSAD_BENCH_BUDGET_S (default 30 min; the rest are recorded as skipped), and every row is
+appended to bench/results/corpus_partial.jsonl as it comes: `--resume` (SPARSAD_BENCH_RESUME=1)
+measures only the cases not there yet. Times are the least of a few calls (the machine may be
+loaded; each row records the load average).
 
 Writes bench/results/corpus.csv and corpus_*.png, prints the table and a summary: fallbacks by
-kind and cause, errors, and the worst and median time ratio against the closed form with the
-cause of every miss. tests/bench/test_corpus.py runs the same cases at small size.
+kind and cause, errors, timeouts, and the worst and median time ratio against the closed form
+with the cause of every miss. tests/bench/test_corpus.py runs the same cases at small size.
 """
 from __future__ import annotations
 
@@ -20,6 +28,9 @@ import sys
 
 if "numba" not in sys.modules:
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+_XLA_SINGLE = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+if "jax" not in sys.modules and _XLA_SINGLE not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _XLA_SINGLE).strip()
 
 import contextlib
 import math
@@ -43,6 +54,8 @@ TANGENT, COTANGENT = "tangent", "cotangent"
 JACOBIAN_REFERENCE_LIMIT = 4_000_000  # entries of a dense reference Jacobian (out x in) built at all
 RTOL = 1e-9  # max |ours - reference| / max |reference| counted as agreement
 DENSE_REFERENCE_BYTES = 200 * 2**20  # JAX's dense program is run only on inputs below this at real size
+REAL_REFERENCE_LIMIT = 2_000_000  # entries of a JAX reference computed at real size
+UNTIMED_FIRST_S = 2.0  # a case without a closed form whose first call took longer is not timed again
 
 
 # -- inputs -------------------------------------------------------------------------------------------
@@ -290,7 +303,7 @@ def closed_form(P: Prepared, wrt: str, kind: str, seed_value: Any) -> Callable[[
             return lambda: e.grad(I, wrt)
         if kind == "vjp":
             return lambda: _scale(e.grad(I, wrt), seed_value)
-        return lambda: float(np.sum(densify(e.grad(I, wrt)) * densify(seed_value)))
+        return lambda: inner(e.grad(I, wrt), seed_value)
     if kind == "vjp":
         return lambda: e.vjp(I, wrt, seed_value)
     if kind == "jvp" and e.jvp is not None:
@@ -302,6 +315,24 @@ def closed_form(P: Prepared, wrt: str, kind: str, seed_value: Any) -> Callable[[
     if kind == "jvp":
         return lambda: _contract(jacobian_from_vjp(P, wrt), densify(seed_value))
     return None
+
+
+def inner(a: Any, b: Any) -> float:
+    """sum(a * b) of two values of one shape (numbers, arrays, scipy matrices, SparseTensors),
+    without densifying a sparse one (the closed form of a scalar program's jvp at real size)."""
+    if isinstance(a, SparseTensor) or isinstance(b, SparseTensor):
+        s, other = (a, b) if isinstance(a, SparseTensor) else (b, a)
+        if isinstance(other, SparseTensor):
+            keys_s = np.ravel_multi_index(tuple(s.coords), s.shape)
+            keys_o = np.ravel_multi_index(tuple(other.coords), other.shape)
+            common, at_s, at_o = np.intersect1d(keys_s, keys_o, assume_unique=True, return_indices=True)
+            return float(np.dot(s.values[at_s], other.values[at_o]))
+        return float(np.dot(s.values, densify(other)[tuple(s.coords)]))
+    if sp.issparse(a) or sp.issparse(b):
+        s, other = (a, b) if sp.issparse(a) else (b, a)
+        other = other if sp.issparse(other) else np.asarray(other, dtype=float)
+        return float(s.multiply(other).sum())
+    return float(np.sum(np.asarray(a, dtype=float) * np.asarray(b, dtype=float)))
 
 
 def _scale(g: Any, c: float) -> Any:
@@ -356,7 +387,19 @@ def jax_reference(P: Prepared, wrt: str, kind: str, seed_value: Any) -> np.ndarr
 
     All cases of a program are computed by one jitted function (compiled once per program)."""
     key = (wrt, kind)
-    if P.real:  # one compilation per case: a case too large for JAX fails alone
+    if P.real:
+        if kind == "jacobian":  # one compilation per Jacobian: a case too large for JAX fails alone
+            return jax_references(P, [(wrt, kind, seed_value)])[key]
+        if key not in P.jax_cache and not P.jax_cache.get("batch tried"):
+            # the one-pass kinds (grad, vjp, jvp) of a program in one jitted function: one JAX
+            # compilation per program instead of one per case; each result is used once
+            P.jax_cache["batch tried"] = True
+            batch = [(w, k, direction(P, w, k)) for _, w, k in cases([P.entry])
+                     if k != "jacobian" and reference_size(P, w, k) <= REAL_REFERENCE_LIMIT]
+            with contextlib.suppress(Exception):  # then case by case below
+                P.jax_cache.update(jax_references(P, batch))
+        if key in P.jax_cache:
+            return P.jax_cache.pop(key)
         return jax_references(P, [(wrt, kind, seed_value)])[key]
     if key not in P.jax_cache:
         P.jax_cache.update(jax_references(P, [(w, k, direction(P, w, k)) for _, w, k in cases([P.entry])
@@ -596,7 +639,9 @@ def _torch_case(P, wrt, kind, seed_value, fn):
         run = lambda: torch.func.jvp(g, (x0,), (seed,))[1]  # noqa: E731
     else:
         run = lambda: torch.autograd.functional.jacobian(g, x0)  # noqa: E731
+    start = time.perf_counter()
     run()
+    run.first_s = time.perf_counter() - start  # eager PyTorch: the first call is a timing too
     return run
 
 
@@ -605,10 +650,12 @@ def _torch_case(P, wrt, kind, seed_value, fn):
 @dataclass
 class Config:
     quick: bool
-    repeat: int = 5
-    budget_s: float = 1.0
-    cap_s: float = 30.0  # a first call (compile + run) past this is stopped
-    total_s: float = float(os.environ.get("SPARSAD_BENCH_BUDGET_S", 60 * 60))  # later cases are not run
+    repeat: int = 3
+    budget_s: float = 0.25  # repeats of one timing stop past this
+    cap_s: float = 20.0  # soft cap of one call (a timer signal: stops Python code, not a C/Rust loop)
+    # hard cap of one case: the worker process running it is stopped and the case recorded as a timeout
+    case_timeout_s: float = float(os.environ.get("SPARSAD_BENCH_CASE_TIMEOUT_S", 120))
+    total_s: float = float(os.environ.get("SPARSAD_BENCH_BUDGET_S", 30 * 60))  # later cases: "skipped"
     start: float = field(default_factory=time.perf_counter)
 
     def elapsed(self) -> float:
@@ -616,7 +663,7 @@ class Config:
 
 
 def bench_case(cfg: Config, P: Prepared, wrt: str, kind: str) -> dict:
-    with_jax = P.dense is not None and (not P.real or reference_size(P, wrt, kind) <= 2_000_000)
+    with_jax = P.dense is not None and (not P.real or reference_size(P, wrt, kind) <= REAL_REFERENCE_LIMIT)
     if P.real and with_jax and kind == "jacobian":  # dense Jacobians cost min(out, in) passes over the inputs
         passes = min(int(np.prod(P.out_shape, dtype=np.int64)), int(np.prod(P.shapes[wrt], dtype=np.int64)))
         with_jax = passes * sum(np.asarray(v).size for v in P.dense.values()) <= 2e8
@@ -631,16 +678,29 @@ def bench_case(cfg: Config, P: Prepared, wrt: str, kind: str) -> dict:
     if again is None:
         return row
     slow = isinstance(row.get("first_s"), float) and row["first_s"] > 2 * cfg.budget_s
+    reference = closed_form(P, wrt, kind, seed_value)
+    if slow and row["first_s"] > UNTIMED_FIRST_S and reference is None:
+        # nothing to compare a steady time with (no closed form at this size; the competitors
+        # build such Jacobians densely): a second slow call would only spend the run's time
+        row["competitor_note"] = f"not timed: the first call took {row['first_s']:.3g} s and there is no closed form"
+        return row
+    # the least of a few calls: on a loaded machine the median measures the other processes
     try:
         with time_cap(cfg.cap_s * 2):
-            row["sparsad_s"] = best_time(again, repeat=1 if slow else cfg.repeat, warmup=0, budget_s=cfg.budget_s)
+            row["sparsad_s"] = best_time(again, repeat=1 if slow else cfg.repeat, warmup=0, budget_s=cfg.budget_s,
+                                         reduce=min)
     except Budget:
         row["cause"] = (row["cause"] + "; steady timing ran past the cap").strip("; ")
         return row
-    reference = closed_form(P, wrt, kind, seed_value)
     if reference is not None:
-        row["closed_s"] = best_time(reference, repeat=cfg.repeat, warmup=1, budget_s=cfg.budget_s)
-        row["ratio"] = row["sparsad_s"] / row["closed_s"] if row["closed_s"] > 0 else ""
+        try:
+            with time_cap(cfg.cap_s * 2):
+                row["closed_s"] = best_time(reference, repeat=cfg.repeat, warmup=1, budget_s=cfg.budget_s,
+                                            reduce=min)
+        except Budget:
+            row["competitor_note"] = "closed form: timing ran past the cap"
+        if row["closed_s"]:
+            row["ratio"] = row["sparsad_s"] / row["closed_s"] if row["closed_s"] > 0 else ""
     dense_jacobian = reference_size(P, wrt, kind) if kind == "jacobian" else 0
     for tool in ("bcoo", "torch"):
         if dense_jacobian > 2e7:  # both competitors build the Jacobian densely
@@ -650,8 +710,11 @@ def bench_case(cfg: Config, P: Prepared, wrt: str, kind: str) -> dict:
         try:
             with time_cap(cfg.cap_s):
                 fn = competitor(P, wrt, kind, tool, seed_value)
-                if fn is not None:
-                    row[f"{tool}_s"] = best_time(fn, repeat=cfg.repeat, warmup=0, budget_s=cfg.budget_s)
+                if fn is not None and getattr(fn, "first_s", 0.0) > cfg.budget_s:
+                    row[f"{tool}_s"] = fn.first_s  # slow: one call is the measurement
+                elif fn is not None:
+                    row[f"{tool}_s"] = best_time(fn, repeat=cfg.repeat, warmup=0, budget_s=cfg.budget_s,
+                                                 reduce=min)
         except Exception as error:
             row[f"{tool}_s"] = ""
             row["competitor_note"] = (row.get("competitor_note", "") + f"; {tool}: {type(error).__name__}: "
@@ -664,19 +727,24 @@ def summarize(rows: list[dict]) -> list[str]:
     derivs = [r for r in rows if r["kind"] != "value" and r["status"] != "skipped"]
     lines = [f"cases not run (time budget spent): {len(skipped)}"] if skipped else []
     n = len(derivs)
+    for r in derivs:  # a first call stopped by the soft cap is a timeout too
+        if r["status"] == "error" and r.get("error_type") == "Timeout":
+            r["status"] = "timeout"
     fallbacks = [r for r in derivs if r["status"] == "fallback"]
     errors = [r for r in derivs if r["status"] == "error"]
-    compiled = n - len(fallbacks) - len(errors)
+    timeouts = [r for r in derivs if r["status"] == "timeout"]
+    compiled = sum(r["status"] == "compiled" for r in derivs)
     lines.append(f"derivatives: {n}; compiled {compiled} ({100 * compiled / max(n, 1):.1f}%), "
                  f"fallback {len(fallbacks)} ({100 * len(fallbacks) / max(n, 1):.1f}%), "
-                 f"errors {len(errors)} (target: >= 98% compiled)")
+                 f"errors {len(errors)}, timeouts {len(timeouts)} (target: >= 98% compiled)")
     for kind in KINDS:
         mine = [r for r in derivs if r["kind"] == kind]
         lines.append(f"  {kind:8s} {len(mine):4d} cases: compiled {sum(r['status'] == 'compiled' for r in mine)}, "
                      f"fallback {sum(r['status'] == 'fallback' for r in mine)}, "
-                     f"error {sum(r['status'] == 'error' for r in mine)}")
+                     f"error {sum(r['status'] == 'error' for r in mine)}, "
+                     f"timeout {sum(r['status'] == 'timeout' for r in mine)}")
     causes: dict[str, list] = {}
-    for r in fallbacks + errors:
+    for r in fallbacks + errors + timeouts:
         causes.setdefault(short_cause(r), []).append(f"{r['program']}/{r['wrt']}/{r['kind']}")
     lines.append("causes of fallbacks and errors:")
     for cause, which in sorted(causes.items(), key=lambda kv: -len(kv[1])):
@@ -705,9 +773,40 @@ def summarize(rows: list[dict]) -> list[str]:
                          f"worst {ran_compiled[-1]:.3g}x, within 5x: {sum(x <= 5 for x in ran_compiled)}")
         lines.append("misses (> 5x the closed form), with cause:")
         for r in sorted((r for r in timed if r["ratio"] > 5), key=lambda r: -r["ratio"]):
-            why = r["cause"][:110] if r["status"] != "compiled" else "compiled kernel slower than the closed form"
-            lines.append(f"  {r['ratio']:9.3g}x  {r['program']}/{r['wrt']}/{r['kind']}: {r['status']}: {why}")
+            lines.append(f"  {r['ratio']:9.3g}x  {r['program']}/{r['wrt']}/{r['kind']}: {r['status']}: {miss_cause(r)}")
     return lines
+
+
+PER_CALL_S = 50e-6  # a few times the cost of a call that does nothing (about 7-20 us)
+
+
+def miss_cause(row: dict) -> str:
+    """What the row tells about a slow case: a fallback's cause, or where the time goes."""
+    if row["status"] != "compiled":
+        return row["cause"][:110]
+    ours, closed = row["sparsad_s"], row["closed_s"]
+    times = f"sparsad {ours * 1e6:.0f} us vs closed form {closed * 1e6:.0f} us"
+    if ours < PER_CALL_S:
+        return f"per-call overhead: {times} (a whole call under {PER_CALL_S * 1e6:.0f} us is mostly the Python " \
+               "call path: `python -m bench.nablasd --smvm-scipy` measures it)"
+    out = f", returns {row['out_type']}" if row.get("out_type") else ""
+    return f"the compiled kernel: {times}{out}"
+
+
+def summary_from_csv(path=None) -> list[str]:
+    """The summary again from a written CSV (no re-measuring)."""
+    import csv
+
+    from bench.common import RESULTS_DIR
+
+    with open(path or RESULTS_DIR / f"{SUITE}.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for r in rows:
+        for k in ("err_closed", "err_jax", "sparsad_s", "closed_s", "ratio", "bcoo_s", "torch_s", "first_s"):
+            if r.get(k) not in ("", None):
+                with contextlib.suppress(ValueError):
+                    r[k] = float(r[k])
+    return summarize(rows)
 
 
 def _bad(err) -> bool:
@@ -731,53 +830,243 @@ COLUMNS = ("program", "wrt", "kind", "status", "err_closed", "err_jax", "sparsad
            "bcoo_s", "torch_s", "cause")
 
 
-def main(quick: bool = False, only: list[str] | None = None, kinds: tuple = KINDS) -> None:
-    cfg = Config(quick=quick)
-    if quick:
-        cfg.repeat, cfg.budget_s, cfg.cap_s, cfg.total_s = 2, 0.1, 20.0, 10 * 60.0
-    try:
+# -- the run: one worker process, a hard time cap per case, rows appended as they come -----------------
+
+def tasks_of(names: list[str] | None = None, kinds: tuple = KINDS) -> list[tuple[str, str, str]]:
+    """(program, wrt, kind) in run order: program by program (its inputs are loaded once), the
+    program's value first ("", "value"), then its derivatives."""
+    out = []
+    by_program: dict[str, list] = {}
+    for entry, wrt, kind in cases([ENTRIES[n] for n in names] if names else None, kinds):
+        by_program.setdefault(entry.name, []).append((entry.name, wrt, kind))
+    for name, derivatives in by_program.items():
+        out += [(name, "", "value")] + derivatives
+    return out
+
+
+def _base_row(name: str, wrt: str, kind: str, **fields: Any) -> dict:
+    entry = ENTRIES[name]
+    return dict(program=name, category=entry.category, wrt=wrt, kind=kind, **fields)
+
+
+def run_task(cfg: Config, task: tuple[str, str, str], loaded: dict) -> dict:
+    """The row of one task; `loaded` keeps the current program's prepared inputs (one at a time)."""
+    name, wrt, kind = task
+    P = loaded.get(name)
+    if P is None:
+        loaded.clear()
+        try:
+            P = prepare(ENTRIES[name], real=not cfg.quick)
+        except Exception as error:  # the inputs or closed form failed: recorded, the run goes on
+            P = f"harness: preparing the inputs: {type(error).__name__}: {error}"[:300]
+        loaded[name] = P
+    if isinstance(P, str):
+        return _base_row(name, wrt, kind, status="error", cause=P, error_type="harness")
+    if kind == "value":
+        try:
+            return check_value(P)
+        except Exception as error:  # a reference too large at this size: recorded
+            return _base_row(name, wrt, kind, status="error", cause=f"harness: {type(error).__name__}: {error}"[:300],
+                             error_type="harness")
+    return bench_case(cfg, P, wrt, kind)
+
+
+def _plain(row: dict) -> dict:
+    """Python numbers and strings only (rows cross a pipe and go to a JSON file)."""
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()
+            if isinstance(v, (str, int, float, bool, np.generic)) or v is None}
+
+
+MEMORY_FRACTION = 0.6  # of the memory available at start: a worker's heap limit
+
+
+def _serve(conn, quick: bool, fields: dict) -> None:
+    """The worker process: runs tasks one at a time and sends back their rows."""
+    import resource
+
+    try:  # a runaway case fails in the worker (MemoryError), not the machine
+        with open("/proc/meminfo") as handle:
+            available = next(int(line.split()[1]) * 1024 for line in handle if line.startswith("MemAvailable"))
+        resource.setrlimit(resource.RLIMIT_DATA, (int(MEMORY_FRACTION * available), resource.getrlimit(
+            resource.RLIMIT_DATA)[1]))
+    except (OSError, ValueError, StopIteration):
+        pass
+    _single_threaded()
+    cfg = Config(quick=quick, **fields)
+    loaded: dict = {}
+    warnings.simplefilter("ignore")
+    conn.send("ready")
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        conn.send(_plain(run_task(cfg, task, loaded)))
+
+
+def _single_threaded() -> None:
+    with contextlib.suppress(Exception):
         import numba
 
         numba.set_num_threads(1)
-    except Exception:
-        pass
+    with contextlib.suppress(Exception):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+class Worker:
+    """One spawned worker process (a fresh interpreter: nothing forked from JAX's or Numba's
+    threads). A task that does not answer within its time is stopped by ending this process
+    (by its own pid); the next task starts a new one."""
+
+    START_TIMEOUT_S = 600.0  # importing NumPy, SciPy and the corpus under load
+
+    def __init__(self, cfg: Config):
+        self.fields = dict(repeat=cfg.repeat, budget_s=cfg.budget_s, cap_s=cfg.cap_s)
+        self.quick = cfg.quick
+        self.process = None
+        self.conn = None
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, self.quick, self.fields), daemon=True,
+                                       name="sparsad-corpus-worker")
+        self.process.start()
+        child.close()
+        if not self.conn.poll(self.START_TIMEOUT_S) or self.conn.recv() != "ready":
+            self.stop()
+            raise RuntimeError(f"the benchmark's worker process did not start within {self.START_TIMEOUT_S:g} s")
+
+    def run(self, task: tuple, timeout_s: float) -> dict | str:
+        """The task's row, or "timeout", or "crash: <exit code>"."""
+        if self.process is None:
+            self._start()
+        self.conn.send(task)
+        try:
+            if self.conn.poll(timeout_s):
+                return self.conn.recv()
+            outcome = "timeout"
+        except (EOFError, OSError):
+            outcome = "crash"
+        code = self.stop()
+        return outcome if outcome == "timeout" else f"crash: exit code {code}"
+
+    def stop(self) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(30)
+        code = self.process.exitcode
+        self.conn.close()
+        self.process = self.conn = None
+        return code
+
+    def close(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self.process.join(10)
+            self.stop()
+
+
+def partial_path():
+    import bench.common
+
+    return bench.common.RESULTS_DIR / f"{SUITE}_partial.jsonl"
+
+
+def _key(row: dict) -> tuple:
+    return (row["program"], row.get("wrt", ""), row["kind"])
+
+
+def read_partial(path) -> dict[tuple, dict]:
+    """Rows already measured (a resumed run does not measure them again)."""
+    import json
+
+    done = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError):
+                row = json.loads(line)
+                done[_key(row)] = row
+    return done
+
+
+GIVE_UP_AFTER_TIMEOUTS = 2  # a program's cases are not run after this many of them timed out
+
+
+def main(quick: bool = False, only: list[str] | None = None, kinds: tuple = KINDS, resume: bool | None = None,
+         isolate: bool | None = None, case_timeout_s: float | None = None) -> None:
+    """Run the corpus: `isolate` (default: at real size) runs each case in a worker process that
+    is stopped past `case_timeout_s`; rows are appended to bench/results/corpus_partial.jsonl as
+    they come, and `resume` (or SPARSAD_BENCH_RESUME=1) measures only the cases not there yet."""
+    import json
+
+    cfg = Config(quick=quick)
+    if quick:
+        cfg.repeat, cfg.budget_s, cfg.cap_s, cfg.total_s = 2, 0.1, 20.0, 10 * 60.0
+    resume = os.environ.get("SPARSAD_BENCH_RESUME", "") == "1" if resume is None else resume
+    isolate = not quick if isolate is None else isolate
+    if case_timeout_s is not None:
+        cfg.case_timeout_s = case_timeout_s
     from tqdm import tqdm
 
-    real = not quick
+    tasks = tasks_of(only, kinds)
+    path = partial_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = read_partial(path) if resume else {}
+    if not resume:
+        path.write_text("")
+    load_start = os.getloadavg()
     print(f"corpus benchmark ({'quick: small inputs' if quick else 'real inputs'}), {len(ENTRIES)} programs, "
-          f"single-threaded")
-    rows: list[dict] = []
-    # kind by kind (grad, jacobian, vjp, jvp), so that a run cut short by its budget has measured
-    # the compiled kinds of every program before the interpreted ones
-    order = {"grad": 0, "jacobian": 1, "vjp": 2, "jvp": 3}
-    all_cases = sorted(cases([ENTRIES[name] for name in only] if only else None, kinds), key=lambda c: order[c[2]])
-    prepared: dict[str, Prepared] = {}
-    broken: dict[str, str] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for entry, wrt, kind in tqdm(all_cases, desc="corpus", unit="case", file=sys.stderr):
-            if cfg.elapsed() > cfg.total_s:  # past the run's budget: the case is listed, not run
-                rows.append(dict(program=entry.name, category=entry.category, wrt=wrt, kind=kind,
-                                 status="skipped", cause="the run's time budget was spent"))
-                continue
-            if entry.name in broken:
-                rows.append(dict(program=entry.name, category=entry.category, wrt=wrt, kind=kind,
-                                 status="error", cause=broken[entry.name], error_type="harness"))
-                continue
-            if entry.name not in prepared:
-                try:
-                    prepared[entry.name] = prepare(entry, real)
-                except Exception as error:  # the inputs or closed form failed: recorded, the run goes on
-                    broken[entry.name] = f"harness: preparing the inputs: {type(error).__name__}: {error}"[:300]
-                    rows.append(dict(program=entry.name, category=entry.category, wrt=wrt, kind=kind,
-                                     status="error", cause=broken[entry.name], error_type="harness"))
+          f"{len(tasks)} tasks ({len(done)} already measured), single-threaded, "
+          f"{'one worker process, ' if isolate else ''}{cfg.case_timeout_s:g} s per case, "
+          f"{cfg.total_s:g} s in all; load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")
+    worker = Worker(cfg) if isolate else None
+    loaded: dict = {}
+    timeouts: dict[str, int] = {}
+    try:
+        with warnings.catch_warnings(), tqdm(tasks, desc="corpus", unit="case", file=sys.stderr) as bar:
+            warnings.simplefilter("ignore")
+            for task in bar:
+                name, wrt, kind = task
+                if task in done or cfg.elapsed() > cfg.total_s:  # past the budget: listed at the end, not run
                     continue
-                try:
-                    rows.append(check_value(prepared[entry.name]))
-                except Exception as error:  # a reference too large at this size: recorded
-                    rows.append(dict(program=entry.name, category=entry.category, wrt="", kind="value",
-                                     status="error", cause=f"harness: {type(error).__name__}: {error}"[:300]))
-            rows.append(bench_case(cfg, prepared[entry.name], wrt, kind))
+                bar.set_postfix_str(f"{name}/{wrt}/{kind}"[:40])
+                started = time.perf_counter()
+                if timeouts.get(name, 0) >= GIVE_UP_AFTER_TIMEOUTS:
+                    row = _base_row(name, wrt, kind, status="timeout", error_type="Timeout",
+                                    cause=f"not run: {timeouts[name]} earlier cases of this program timed out")
+                elif worker is None:
+                    row = _plain(run_task(cfg, task, loaded))
+                else:
+                    outcome = worker.run(task, cfg.case_timeout_s)
+                    if outcome == "timeout":
+                        timeouts[name] = timeouts.get(name, 0) + 1
+                        row = _base_row(name, wrt, kind, status="timeout", error_type="Timeout",
+                                        cause=f"timeout: no result within {cfg.case_timeout_s:g} s (the worker was "
+                                              "stopped)")
+                    elif isinstance(outcome, str):
+                        row = _base_row(name, wrt, kind, status="error", error_type="crash",
+                                        cause=f"the worker process died ({outcome[7:]})")
+                    else:
+                        row = outcome
+                row.update(wall_s=time.perf_counter() - started, load1=os.getloadavg()[0])
+                done[task] = row
+                with path.open("a") as handle:
+                    handle.write(json.dumps(row) + "\n")
+    finally:
+        if worker is not None:
+            worker.close()
+    rows = [done.get(task) or _base_row(*task, status="skipped", cause="the run's time budget was spent")
+            for task in tasks]
     for r in rows:
         for c in COLUMNS:
             r.setdefault(c, "")
@@ -794,16 +1083,22 @@ def main(quick: bool = False, only: list[str] | None = None, kinds: tuple = KIND
     status_rows = []
     for kind in KINDS:
         mine = [r for r in rows if r["kind"] == kind]
-        for status in ("compiled", "fallback", "error"):
+        for status in ("compiled", "fallback", "error", "timeout"):
             status_rows.append(dict(label=f"{kind}:{status}", count=sum(r["status"] == status for r in mine) or 0.5))
     plot_bars(SUITE, status_rows, "label", "count", name=f"{SUITE}_status", logy=False,
               title="corpus derivatives by kind and status")
-    print(f"\nwrote {path} and plots in {path.parent} ({cfg.elapsed():.0f} s)")
+    load_end = os.getloadavg()
+    print(f"\nwrote {path} and plots in {path.parent} ({cfg.elapsed():.0f} s; load average at start "
+          f"{load_start[0]:.2f}, at end {load_end[0]:.2f}, 15-min {load_end[2]:.2f})")
     print("\n== summary (issue 11) ==")
     for line in summarize(rows):
         print(line)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--summary" in sys.argv[1:]:
+    print("\n".join(summary_from_csv()))
+elif __name__ == "__main__":
     chosen = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")]
-    main(quick="--quick" in sys.argv[1:], only=chosen[0] if chosen else None)
+    chosen_kinds = [tuple(a.split("=", 1)[1].split(",")) for a in sys.argv[1:] if a.startswith("--kinds=")]
+    main(quick="--quick" in sys.argv[1:], only=chosen[0] if chosen else None,
+         kinds=chosen_kinds[0] if chosen_kinds else KINDS, resume=True if "--resume" in sys.argv[1:] else None)

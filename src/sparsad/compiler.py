@@ -37,6 +37,8 @@ STAGES = ("source", "sparsity", "storage", "fuse", "aggregate", "eqsat", "normal
 
 def _default_format(value: Any) -> str | None:
     """The storage format an input keeps when the caller names none."""
+    if type(value) is np.ndarray:  # the common case first (this runs on every call)
+        return "dense" if value.ndim >= 1 else None
     import scipy.sparse as sp
 
     if isinstance(value, StoredTensor):
@@ -87,6 +89,7 @@ class CompiledProgram(Program):
 
         self._conversions = ConversionCache()  # unchanged inputs are converted once
         self._signatures: dict[tuple, dict] = {}  # cheap per-call signature -> its plan
+        self._bound_inputs: dict[str, tuple] = {}  # see _bound
         self._formats: list = []
         self._last: dict | None = None
 
@@ -98,41 +101,44 @@ class CompiledProgram(Program):
         """Split inputs into stored tensors (in their formats) and scalars."""
         stored, scalars = {}, {}
         for name, value in inputs.items():
-            if isinstance(value, (bool, int, float, np.generic)):
+            kind = type(value)
+            if kind is float or kind is int:  # the common cases first (this runs on every call)
+                scalars[name] = value
+            elif isinstance(value, (bool, int, float, np.generic)):
                 scalars[name] = value.item() if isinstance(value, np.generic) else value
-                continue
-            if isinstance(value, dict):
+            elif isinstance(value, dict):
                 raise UnsupportedError(f"input {name!r} is a nested dict; compiled programs take arrays, "
                                        "scipy.sparse matrices or formats (use interpret=True for dicts)")
-            fmt = self.formats.get(name) or _default_format(value)
-            if isinstance(value, StoredTensor) and name not in self.formats and not _needs_levels(value):
+            elif kind is StoredTensor and name not in self.formats and not _needs_levels(value):
                 stored[name] = value
-                continue
-            stored[name] = self._conversions.stored(
-                name, value, fmt, lambda v=value, f=fmt, n=name: _iterable(as_format(v, f, name=n), n))
+            else:
+                if isinstance(value, StoredTensor) and name not in self.formats and not _needs_levels(value):
+                    stored[name] = value
+                    continue
+                # keyed by the format asked for: the default one follows from the object's type
+                asked = self.formats.get(name)
+                stored[name] = self._conversions.stored(
+                    name, value, asked, lambda v=value, f=asked, n=name:
+                    _iterable(as_format(v, f or _default_format(v), name=n), n))
         return stored, scalars
 
-    def _store_fast(self, inputs: Mapping[str, Any]):
-        """`store` for the steady case (stored tensors in no overriding format, Python floats and
-        ints), or None."""
-        stored, scalars = {}, {}
-        for name, value in inputs.items():
-            kind = type(value)
-            if kind is StoredTensor and name not in self.formats and not _needs_levels(value):
-                stored[name] = value
-            elif kind is float or kind is int:
-                scalars[name] = value
-            else:
-                return None
-        return stored, scalars
+    def _bound(self, name: str, tensor: StoredTensor) -> tuple:
+        """(tensor, its part of the call signature, its physical arrays), remembered for the last
+        tensor of each name: an unchanged input costs a lookup (the arrays are the tensor's own:
+        changes in place are seen by the kernel and its guard)."""
+        memo = self._bound_inputs.get(name)
+        if memo is None or memo[0] is not tensor:
+            memo = self._bound_inputs[name] = (tensor, (name, id(tensor.format), tensor.shape, tensor.values.dtype),
+                                               tensor.physical_arrays(name))
+        return memo
 
     def plan(self, inputs: Mapping[str, Any]) -> dict:
-        stored, scalars = self._store_fast(inputs) or self.store(inputs)
+        stored, scalars = self.store(inputs)
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
         # (formats by identity: hashing a format's levels costs more; `_formats` keeps them alive)
-        signature = (tuple((n, id(s.format), s.shape, s.values.dtype) for n, s in stored.items()),
-                     tuple((n, type(v)) for n, v in scalars.items()))
+        bound = [self._bound(n, s) for n, s in stored.items()]
+        signature = (tuple(b[1] for b in bound), tuple((n, type(v)) for n, v in scalars.items()))
         plan = self._signatures.get(signature)
         if plan is None:  # the plan of these types and formats (hashing them costs per call: once)
             self._formats.extend(s.format for s in stored.values())
@@ -150,8 +156,8 @@ class CompiledProgram(Program):
             self._last = plan
             return plan
         arrays = dict(scalars)
-        for name, tensor in stored.items():
-            arrays.update(tensor.physical_arrays(name))
+        for b in bound:
+            arrays.update(b[2])
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})

@@ -49,3 +49,31 @@ def test_content_hash_sees_any_single_change_and_the_length(values, where, delta
         b[where % len(a)] += delta
         assert content_hash(a) != content_hash(b)
     assert content_hash(np.append(a, 0)) != content_hash(a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=41), st.integers(0, 40),
+       st.integers(1, 2**20), st.integers(0, 3))
+def test_content_hash_of_odd_lengths_and_unaligned_views(values, where, delta, offset):
+    # int32 arrays of odd length end in a partial 64-bit word; a view at an odd offset is unaligned
+    base = np.array([7] * offset + values, dtype=np.int32)
+    a = base[offset:]
+    assert content_hash(a) == content_hash(np.array(values, dtype=np.int32))
+    b = a.copy()
+    b[where % len(a)] += delta
+    assert content_hash(a) != content_hash(b)
+    assert content_hash(a[:-1]) != content_hash(a)  # the length is in the sum
+
+
+def test_a_converted_copy_changed_in_place_is_seen():
+    # int64 values are stored as a float64 copy: their contents are checksummed on every call
+    x = np.arange(9, dtype=np.int64)
+    A = sp.random(12, 9, density=0.3, format="csr", random_state=3)
+    smv = compile_program(SMV)
+    assert smv(A=A, x=x) == pytest.approx(float((A @ x).sum()), rel=1e-12)
+    x[4] += 5
+    assert smv(A=A, x=x) == pytest.approx(float((A @ x).sum()), rel=1e-12)
+    A.data = A.data.astype(np.float32)  # a copy in the stored form, then changed in place
+    assert smv(A=A, x=x) == pytest.approx(float((A @ x).sum()), rel=1e-5)
+    A.data[0] += 1.0
+    assert smv(A=A, x=x) == pytest.approx(float((A @ x).sum()), rel=1e-5)

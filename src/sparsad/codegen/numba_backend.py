@@ -440,6 +440,7 @@ class Kernel:
         self._guard = None  # codegen.guard, built on the first call
         self._parameter_kinds = [(p, n, _array_kind(self.input_types.get(n)), self.input_types.get(n))
                                  for p, n in self._external.items()]
+        self._external_names = frozenset(self._external.values())
 
     @property
     def output(self) -> str:
@@ -467,10 +468,11 @@ class Kernel:
     # -- calling ---------------------------------------------------------------------------
     def prepare(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs checked and converted for the kernel (names, dtypes, 1-D arrays)."""
-        expected = list(self._external.values())  # the inputs the program uses; others are ignored
-        missing = [n for n in expected if n not in inputs]
-        extra = [n for n in inputs if n not in self.input_types]
-        if missing or extra:
+        names = inputs.keys()  # set comparisons of key views first (this runs on every call)
+        if not (names <= self.input_types.keys() and names >= self._external_names):
+            expected = list(self._external.values())  # the inputs the program uses; others are ignored
+            missing = [n for n in expected if n not in inputs]
+            extra = [n for n in inputs if n not in self.input_types]
             parts = []
             if missing:
                 parts.append(f"missing {', '.join(missing)}")
@@ -598,10 +600,16 @@ class Kernel:
     def _dtype(self, prepared) -> np.dtype:
         if self.loops.leaf == "int":
             return np.dtype(np.int64)
-        reals = [v.dtype for v in prepared.values() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
-        if reals and all(d == np.float32 for d in reals):
-            return np.dtype(np.float32)
-        return np.dtype(np.float64)
+        single = False  # float32 only when every float array is float32
+        for value in prepared.values():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                if value.dtype.itemsize != 4:
+                    return _FLOAT64
+                single = True
+        return _FLOAT32 if single else _FLOAT64
+
+
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,

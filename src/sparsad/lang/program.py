@@ -90,8 +90,12 @@ class Program:
 
     @property
     def inputs(self) -> list[str]:
-        """The names the program reads, sorted."""
-        return sorted(free_vars(self.expr))
+        """The names the program reads, sorted (computed once per expression: every call binds
+        its arguments to them)."""
+        known = self.__dict__.get("_inputs_of")
+        if known is None or known[0] is not self.expr:
+            known = self._inputs_of = (self.expr, tuple(sorted(free_vars(self.expr))))
+        return list(known[1])
 
     def text(self) -> str:
         return to_text(self.expr)
