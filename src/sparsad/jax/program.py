@@ -144,10 +144,12 @@ class JaxProgram:
     # -- static shapes: from the types, never from traced values ---------------------------------
     @staticmethod
     def _signature(spec: _Spec, need_shape: bool) -> tuple:
-        """What the input types depend on: names, kinds, patterns, shapes, and the constants' kinds, shapes and dtypes."""
+        """What the input types depend on: names, kinds, shapes (of patterns too), and the
+        constants' kinds, shapes and dtypes (a cheap key: hashing the types costs more)."""
         constants = tuple((n, type(v).__name__, getattr(v, "shape", None), str(getattr(v, "dtype", "")))
                           for n, v in sorted(spec.constants.items()))
-        return (spec.names, spec.kinds, spec.patterns, spec.shapes, constants, need_shape)
+        patterns = tuple(p.shape if p is not None else None for p in spec.patterns)  # (as the torch bridge)
+        return (spec.names, spec.kinds, patterns, spec.shapes, constants, need_shape)
 
     def _types_and_shape(self, spec: _Spec, need_shape: bool = True):
         from sparsad.lang.typecheck import infer, value_type
