@@ -198,3 +198,50 @@ def test_compile_program_second_derivatives_match_dense(seed):
     hvpd = lambda v: jax.jvp(jax.grad(lambda x: gd(a, x)), (x,), (v,))[1]  # noqa: E731
     directions = jnp.asarray(rng.standard_normal((2, 5)))
     _close(jax.vmap(hvp)(directions), jax.vmap(hvpd)(directions))
+
+
+def test_reverse_mode_runs_the_first_order_vjp_program():
+    """grad transposes the jvp program call into the program's own vjp program (not the vjp of
+    the jvp program), and the gradient still matches dense autodiff."""
+    A = _matrix(6, 6, 0.4, 11, shift=1.0)
+    rng = np.random.default_rng(5)
+    H, W = jnp.asarray(rng.standard_normal((6, 4))), jnp.asarray(rng.standard_normal((4, 3)))
+    gcn = sj.compile_program(GCN, wrt=("W",))
+    loss = lambda W: jnp.sum(jnp.tanh(gcn(A=A, H=H, W=W)))  # noqa: E731
+    dense = lambda W: jnp.sum(jnp.tanh(A.to_dense() @ (H @ W)))  # noqa: E731
+    _close(jax.jit(jax.grad(loss))(W), jax.grad(dense)(W))
+    kinds = sorted(key[0] for key in gcn._derived)
+    assert kinds == ["jvp", "vjp"]
+    jvp_program = next(p for key, p in gcn._derived.items() if key[0] == "jvp")
+    assert not jvp_program._derived  # its own vjp program was never built
+
+
+def test_a_host_call_on_a_thread_outside_the_callers_x64_block_keeps_float64():
+    """XLA may run the kernel on a thread of its own, where the caller's `enable_x64` block does
+    not hold: the float64 result must not be cast to float32 (JAX then raised a dtype error)."""
+    import threading
+
+    from sparsad.jax.program import _host_call
+
+    dot = sj.compile_program("sum(<i, a> in u) a * v(i)")
+    u, v = jnp.asarray([1.0, 2.0]), jnp.asarray([3.0, 0.25])
+    jax.jit(dot)(u=u, v=v)  # traced in 64-bit mode
+    spec_of = {}
+    original = dot._host_primal
+    dot._host_primal = lambda spec, arrays: spec_of.setdefault("spec", spec) and original(spec, arrays)
+    jax.jit(lambda u: dot(u=u, v=v) + 0.0)(u)
+    dot._host_primal = original
+    seen = []
+
+    def elsewhere():  # a fresh thread: x64 off, as on XLA's worker threads
+        from jax._src import dtypes
+
+        before = dtypes.canonicalize_dtype(np.float64)
+        result = _host_call(spec_of["spec"], [np.asarray(u), np.asarray(v)])
+        seen.append((before, dtypes.canonicalize_value(np.asarray(result)).dtype, float(result)))
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert seen[0][0] == np.float32  # the thread started in 32-bit mode
+    assert seen[0][1] == np.float64 and seen[0][2] == 3.5

@@ -208,3 +208,47 @@ def test_a_jacobian_reverse_mode_cannot_take_is_built_in_forward_mode(interpret)
     J = sparsad.jacobian("pow(sum(<i, v> in x) pow(abs(v), 3.0), 1.0 / 3.0)", wrt="x", interpret=interpret)(x=x)
     expected = np.sign(x) * np.abs(x) ** 2 * np.sum(np.abs(x) ** 3) ** (-2 / 3)
     np.testing.assert_allclose(np.asarray(J), expected, rtol=1e-12)
+
+
+ATTENTION = """sum(<i, r> in A) { i ->
+  let z = sum(<j, a> in r) exp(sum(<d, q> in Q(i)) q * K(j)(d)) in
+  sum(<j, a> in r)
+    let p = exp(sum(<d, q> in Q(i)) q * K(j)(d)) / z in
+    sum(<c, v> in V(j)) { c -> p * v } }"""
+
+
+def _loops_at_call(expr, name: str, depth: int = 0) -> int:
+    """The deepest nesting of loops around a call of the function `name`."""
+    from sparsad.lang.rebuild import map_children
+    from sparsad.lang.syntax import Call
+
+    deepest = depth if isinstance(expr, Call) and expr.func == name else -1
+    children = [(expr.source, depth), (expr.body, depth + 1)] if isinstance(expr, Sum) else []
+    if not isinstance(expr, Sum):
+        map_children(expr, lambda c: children.append((c, depth)) or c)
+    for child, d in children:
+        deepest = max(deepest, _loops_at_call(child, name, d))
+    return deepest
+
+
+def test_a_scalar_factor_stays_outside_a_scalar_reduction():
+    """(sum_c s(c) v(c)) * exp(q . k): normalization does not move the exp into the sum over c
+    (it was evaluated once per c: the attention layer's vjp w.r.t. K and Q ran 5x slower)."""
+    from sparsad.opt.normalize import normalize_products
+
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal(4), rng.standard_normal(4)
+    program = parse("(sum(<c, v> in x) v * y(c)) * exp(sum(<d, w> in y) w)")
+    types = {"x": value_type(x), "y": value_type(y)}
+    normalized = normalize_products(program, types)
+    assert _loops_at_call(normalized, "exp") == 0
+    assert abs(evaluate(normalized, {"x": x, "y": y}) - (x @ y) * np.exp(y.sum())) < 1e-12
+
+    A = abs(_csr(7, 7, 0.4, 5)) + sp.eye(7, format="csr")
+    Q, K, V = (rng.standard_normal((7, 3)) for _ in range(3))
+    for wrt in ("K", "Q"):
+        physical, arrays = _optimized_derivative(f"sum(<i, row> in ({ATTENTION})) sum(<c, o> in row) o * o",
+                                                 wrt, dict(A=A, Q=Q, K=K, V=V), {"A": "csr"})
+        # exp(q_i . k_j) under the row loop and the neighbour loop (and its own dot product at
+        # most), never under the loop over V's columns as well
+        assert _loops_at_call(physical, "exp") <= 2, wrt

@@ -20,6 +20,7 @@ the values on its pattern (masked convention).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterable
 
 import numpy as np
@@ -42,6 +43,9 @@ class _Spec:
         self.out_shape: tuple = ()
         self.out_pattern = None
         self.dtype = np.float64
+        # set when this call is the jvp program of `origin[0]` (a parent call's spec) w.r.t. its
+        # leaf origin[1], applied to a tangent: its transpose is then the parent's vjp program
+        self.origin: tuple | None = None
 
     def numpy_inputs(self, arrays) -> dict[str, Any]:
         inputs = dict(self.constants)
@@ -73,7 +77,9 @@ class JaxProgram:
         if unknown:
             raise InputError(f"wrt names {unknown}, which the program does not read; its inputs are {names}")
         self._compiled = sparsad.compile(self.program)
+        self._compiled_dense = None  # the same program writing a dense result (made when needed)
         self._derived: dict[tuple, Any] = {}
+        self._shapes: dict[tuple, tuple] = {}  # call signature -> (types, result shape)
         self._seed = fresh_name("sparsad_seed", names)  # the tangent/cotangent input of derivatives
         _primitive()
 
@@ -88,9 +94,10 @@ class JaxProgram:
             inputs = bind_inputs(self.program.inputs, args, inputs)
         return self._call(inputs, None)
 
-    def _call(self, inputs: dict[str, Any], layout: tuple | None) -> Any:
+    def _call(self, inputs: dict[str, Any], layout: tuple | None, origin: tuple | None = None) -> Any:
         """Bind the primitive; `layout` ("dense", shape) or ("pattern", CSRPattern) fixes the
-        output (derivatives take their input's layout), None takes the shape the types give."""
+        output (derivatives take their input's layout), None takes the shape the types give.
+        `origin`: see `_Spec.origin`."""
         import jax.numpy as jnp
 
         self.program._check_inputs(inputs)
@@ -122,7 +129,11 @@ class JaxProgram:
             names.append(name), kinds.append(kind), patterns.append(pattern), leaves.append(leaf)
             shapes.append(tuple(leaf.shape)), dtypes.append(leaf.dtype)
         spec = _Spec(self, tuple(names), tuple(kinds), tuple(patterns), constants, tuple(shapes), tuple(dtypes))
-        spec.types, spec.out_shape = self._types_and_shape(spec, layout is None)
+        spec.origin = origin
+        signature = self._signature(spec, layout is None)
+        if signature not in self._shapes:  # types and shapes: once per signature, not per call
+            self._shapes[signature] = self._types_and_shape(spec, layout is None)
+        spec.types, spec.out_shape = self._shapes[signature]
         if layout is not None and layout[0] == "pattern":
             spec.out_pattern, spec.out_shape = layout[1], (layout[1].nnz,)
         elif layout is not None:
@@ -131,6 +142,15 @@ class JaxProgram:
         return _primitive().bind(*leaves, spec=spec)
 
     # -- static shapes: from the types, never from traced values ---------------------------------
+    @staticmethod
+    def _signature(spec: _Spec, need_shape: bool) -> tuple:
+        """What the input types depend on: names, kinds, shapes (of patterns too), and the
+        constants' kinds, shapes and dtypes (a cheap key: hashing the types costs more)."""
+        constants = tuple((n, type(v).__name__, getattr(v, "shape", None), str(getattr(v, "dtype", "")))
+                          for n, v in sorted(spec.constants.items()))
+        patterns = tuple(p.shape if p is not None else None for p in spec.patterns)  # (as the torch bridge)
+        return (spec.names, spec.kinds, patterns, spec.shapes, constants, need_shape)
+
     def _types_and_shape(self, spec: _Spec, need_shape: bool = True):
         from sparsad.lang.typecheck import infer, value_type
         from sparsad.lang.types import Dict, extents
@@ -150,8 +170,19 @@ class JaxProgram:
         return types, shape
 
     # -- host side ------------------------------------------------------------------------------
+    def _kernel(self, spec: _Spec):
+        """The compiled program for this call: one writing a dense array when the result is one
+        (no sparse assembly then conversion), else the natural one."""
+        if spec.out_pattern is not None or not spec.out_shape:
+            return self._compiled
+        if self._compiled_dense is None:
+            import sparsad
+
+            self._compiled_dense = sparsad.compile(self.program, output="dense")
+        return self._compiled_dense
+
     def _host_primal(self, spec: _Spec, arrays) -> np.ndarray:
-        result = self._compiled(**spec.numpy_inputs(arrays))
+        result = self._kernel(spec)(**spec.numpy_inputs(arrays))
         array = values_on(result, spec.out_pattern) if spec.out_pattern is not None else \
             dense_result(result, spec.out_shape)
         return np.asarray(array, dtype=spec.dtype)
@@ -172,9 +203,11 @@ class JaxProgram:
         leaf k applied to the output cotangent `seed`: a JAX value, differentiable again."""
         import jax.numpy as jnp
 
+        origin = None
         if kind == "jvp":
             layout = ("pattern", spec.out_pattern) if spec.out_pattern is not None else ("dense", spec.out_shape)
             seed_value = SparseMatrix(spec.patterns[k], seed) if spec.kinds[k] == "sparse" else seed
+            origin = (spec, k)
         else:
             layout = ("pattern", spec.patterns[k]) if spec.kinds[k] == "sparse" else ("dense", spec.shapes[k])
             seed_value = SparseMatrix(spec.out_pattern, seed) if spec.out_pattern is not None else seed
@@ -192,10 +225,55 @@ class JaxProgram:
             inputs[self._seed] = seed_value
         if not reads or reads - set(inputs):
             return jnp.zeros(zero_shape, dtype)  # the derivative program is a constant zero
-        return derived._call(inputs, layout).astype(dtype)
+        return derived._call(inputs, layout, origin).astype(dtype)
+
+
+def _transpose_by_parent_vjp(cotangent, args, spec: _Spec) -> list | None:
+    """The transpose of a jvp program call (parent program P, leaf k, tangent t) in t: P's own vjp
+    program w.r.t. k applied to the cotangent, the first-order derivative program (not the vjp of
+    the jvp program, a derivative of a derivative). None when this call is no such call, or P's
+    vjp program reads a leaf this call was not given (then the generic rule transposes it)."""
+    import jax.numpy as jnp
+    from jax.interpreters import ad
+
+    if spec.origin is None:
+        return None
+    parent, k = spec.origin
+    owner = parent.owner
+    seed = owner._seed
+    undefined = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
+    if seed not in spec.names or undefined != [spec.names.index(seed)]:
+        return None
+    vjp = owner._derived_program("vjp", parent.names[k], parent)
+    reads = vjp.program._input_names() if vjp is not None else set()
+    given = dict(zip(spec.names, args))
+    if any(n in parent.names and n not in given for n in reads):
+        return None
+    # leaves the vjp program does not read are never looked at: zeros stand in for them
+    leaves = [given[n] if n in given else jnp.zeros(shape, dtype)
+              for n, shape, dtype in zip(parent.names, parent.shapes, parent.dtypes)]
+    gradient = owner._apply_derived("vjp", k, parent, leaves, cotangent)
+    return [gradient if i == undefined[0] else None for i in range(len(args))]
 
 
 # -- the primitive ---------------------------------------------------------------------------------
+_X64_THREADS = threading.local()
+
+
+def _host_call(spec: _Spec, arrays) -> np.ndarray:
+    """The compiled kernel, called from compiled JAX code. XLA may call it on a thread of its own,
+    where a `with jax.enable_x64(True)` block of the caller is not in force: JAX would cast the
+    float64 result to float32 there and reject it. A 64-bit call was traced in 64-bit mode, so
+    such a thread is put in 64-bit mode (kept: the thread runs only XLA's work)."""
+    import jax
+
+    if np.dtype(spec.dtype).itemsize == 8 and not jax.config.jax_enable_x64 and \
+            not getattr(_X64_THREADS, "on", False):
+        jax.enable_x64(True).__enter__()
+        _X64_THREADS.on = True
+    return spec.owner._host_primal(spec, arrays)
+
+
 _PRIMITIVE: list = []
 
 
@@ -214,9 +292,21 @@ def _primitive():
     def impl(*leaves, spec):
         return jnp.asarray(spec.owner._host_primal(spec, [np.asarray(leaf) for leaf in leaves]))
 
-    def lowered(*leaves, spec):
-        return jax.pure_callback(lambda *arrays: spec.owner._host_primal(spec, arrays),
+    def through_pure_callback(*leaves, spec):
+        return jax.pure_callback(lambda *arrays: _host_call(spec, arrays),
                                  jax.ShapeDtypeStruct(spec.out_shape, spec.dtype), *leaves, vmap_method="sequential")
+
+    def lowered(ctx, *operands, spec):
+        # the host call straight on XLA's buffers: pure_callback would first device_put them,
+        # which, on a thread where the caller's enable_x64 block is not in force, casts float64
+        # inputs to float32 (and costs a copy per call)
+        try:
+            from jax._src.callback import emit_python_callback
+        except ImportError:  # another JAX: the public route
+            return mlir.lower_fun(through_pure_callback, multiple_results=False)(ctx, *operands, spec=spec)
+        results, _, _ = emit_python_callback(ctx, lambda *arrays: (_host_call(spec, arrays),), None,
+                                             list(operands), ctx.avals_in, ctx.avals_out, has_side_effect=False)
+        return results
 
     def abstract(*avals, spec):
         return jax.core.ShapedArray(spec.out_shape, spec.dtype)
@@ -236,6 +326,9 @@ def _primitive():
         # undefined arguments, so its vjp w.r.t. them does not depend on their values (zeros here)
         if type(cotangent) is ad.Zero:
             return [None] * len(args)
+        direct = _transpose_by_parent_vjp(cotangent, args, spec)
+        if direct is not None:
+            return direct
         known = [jnp.zeros(a.aval.shape, a.aval.dtype) if ad.is_undefined_primal(a) else a for a in args]
         return [spec.owner._apply_derived("vjp", k, spec, known, cotangent) if ad.is_undefined_primal(a) else None
                 for k, a in enumerate(args)]
@@ -256,7 +349,7 @@ def _primitive():
 
     program_p.def_impl(impl)
     program_p.def_abstract_eval(abstract)
-    mlir.register_lowering(program_p, mlir.lower_fun(lowered, multiple_results=False))
+    mlir.register_lowering(program_p, lowered, cacheable=False)
     ad.primitive_jvps[program_p] = jvp_rule
     ad.primitive_transposes[program_p] = transpose_rule
     batching.primitive_batchers[program_p] = batch_rule

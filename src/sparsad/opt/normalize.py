@@ -47,7 +47,8 @@ def _normalize_product(e: Expr, scope: Scope):
 
 
 def _scalar_into_structure(e: Expr, scope: Scope):
-    """s * sum(..) b, s * {k -> v}, s * let x = a in b (and mirrored): move the scalar inside."""
+    """s * sum(..) b (b a dictionary), s * {k -> v}, s * let x = a in b (and mirrored): move the
+    scalar inside."""
     from sparsad.lang.syntax import Let, free_vars
 
     if not (isinstance(e, Binary) and e.op == "*"):
@@ -60,7 +61,9 @@ def _scalar_into_structure(e: Expr, scope: Scope):
         def times(x: Expr) -> Expr:
             return Binary("*", scalar, x) if scalar_left else Binary("*", x, scalar)
 
-        if isinstance(other, Sum) and not names & {other.key, other.val}:
+        # a scalar sum (a reduction) keeps its factor outside: inside, the factor (an exp, a
+        # dot product) would be evaluated once per term, and there is no dictionary to fuse
+        if isinstance(other, Sum) and not names & {other.key, other.val} and _order(scope.type_of(other)) > 0:
             return Sum(other.key, other.val, other.source, times(other.body))
         if isinstance(other, Singleton):
             return Singleton(other.key, times(other.value))
