@@ -77,9 +77,12 @@ def main(only: list[str] | None = None, kinds: tuple = KINDS) -> list[dict]:
     except Exception:  # noqa: BLE001
         pass
     warnings.simplefilter("ignore")
+    from threadpoolctl import threadpool_limits
+
     prepared: dict = {}
-    rows = [measure(e.name, wrt, kind, prepared)
-            for e, wrt, kind in cases([ENTRIES[n] for n in only] if only else None, kinds)]
+    with threadpool_limits(limits=1):  # BLAS in the closed forms single-threaded too (on a loaded
+        rows = [measure(e.name, wrt, kind, prepared)  # machine 2 threads cost 5-10x the CPU time)
+                for e, wrt, kind in cases([ENTRIES[n] for n in only] if only else None, kinds)]
     print_table(rows, ("program", "wrt", "kind", "status", "out_type", "sparsad_cpu_s", "closed_cpu_s", "ratio", "note"))
     path = write_csv(SUITE, rows)
     timed = [dict(r, label=f"{r['program']}/{r['wrt']}/{r['kind']}") for r in rows if isinstance(r["ratio"], float)]
