@@ -85,7 +85,7 @@ class _Emitter:
                     raise UnsupportedError(f"code generation has no code for the function {name!r}")
                 return template.format(*(f"float({self.expr(a)})" for a in args))
             case Load(array=a, index=i, guarded=g):
-                return f"rt.load({a}, {self.expr(i)})" if g else f"{a}[{self.expr(i)}]"
+                return f"rt.load({a}, {self.expr(i)})" if g else f"{a}[{O.unsigned(self.expr(i))}]"
             case Length(array=a):
                 return f"{a}.shape[0]"
             case LocalGet(container=c, key=k) if self._grid_row(c):
@@ -170,7 +170,7 @@ class _Emitter:
                     self.block(body, indent + 2)
                 elif self.containers[c].kind == "workspace":
                     self.put(indent, f"for {k}_t in range({c}_n):")
-                    self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{k}]")
+                    self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{O.unsigned(k)}]")
                     self.block(body, indent + 1)
                 else:
                     self.put(indent, f"for {k}, {v} in {c}.items():")
@@ -226,7 +226,7 @@ class _Emitter:
                          f"{parent}[_key] = {parent}.get(_key, {zero}) + {self.expr(v)}")
             case Accumulate(target=c, keys=(row_key, key), value=v) if self.containers[c].kind == "grid":
                 r, k = self.expr(row_key), self.expr(key)
-                self.put(indent, f"{c}_val[{r}, {k}] += {self.expr(v)}")
+                self.put(indent, f"{c}_val[{O.unsigned(r)}, {O.unsigned(k)}] += {self.expr(v)}")
                 if self.containers[c].marked:
                     self.put(indent, f"{c}_mark[{r}, {k}] = True", f"{c}_rowmark[{r}] = True")
             case Accumulate(target=c, keys=(row_key, key), value=v):
@@ -242,11 +242,11 @@ class _Emitter:
                 container = self.containers[c]
                 k = self.expr(key)
                 if c in self.plain or c in self.prefixes.names:  # a prefix counts its keys before the loop
-                    self.put(indent, f"{c}_val[{k}] += {self.expr(v)}")
+                    self.put(indent, f"{c}_val[{O.unsigned(k)}] += {self.expr(v)}")
                 elif container.kind == "workspace":
                     self.put(indent, f"if not {c}_mark[{k}]:", f"    {c}_mark[{k}] = True",
                              f"    {c}_keys[{c}_n] = {k}", f"    {c}_n += 1",
-                             f"{c}_val[{k}] += {self.expr(v)}")
+                             f"{c}_val[{O.unsigned(k)}] += {self.expr(v)}")
                 else:
                     zero = "0" if container.leaf == "int" else "0.0"
                     self.put(indent, f"_key = np.int64({k})",
