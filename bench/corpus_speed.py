@@ -6,6 +6,8 @@ sides with `time.process_time` (CPU time of this process), in the same process, 
 the other, and writes bench/results/corpus_speed.csv and corpus_speed.png.
 
     python -m bench.corpus_speed --only=spmm_fro_loss,sddmm_sum [--kinds=grad,vjp]
+    python -m bench.corpus_speed --misses     # the 78 cases of MISSES
+    python -m bench.corpus_speed --out=NAME   # writes bench/results/NAME.csv/.png instead
 """
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ from bench.corpus import (KINDS, Budget, call_arguments, cases, closed_form, cou
 from bench.corpora.nablasd import ENTRIES
 
 SUITE = "corpus_speed"
+# programs (every derivative of each: 78 cases) the issue-11 runs found slow at least once: dense
+# operands of sparse products (SpMM loss, SDDMM, GCN), second sparse operands (Hadamard), rows of
+# softmax/log-sum-exp, Laplacian forms and MTTKRP on a COO tensor
+MISSES = ("spmm_fro_loss", "sddmm_sum", "hadamard_sum", "laplacian_quad", "gcn_tanh_sum", "gcn_layer",
+          "row_softmax", "row_lse", "row_log_softmax", "hadamard", "mttkrp3_coo")
 
 
 def cpu_best(fn, budget_s: float = 1.5, repeat: int = 7) -> float:
@@ -69,7 +76,7 @@ def measure(name: str, wrt: str, kind: str, prepared: dict) -> dict:
     return row
 
 
-def main(only: list[str] | None = None, kinds: tuple = KINDS) -> list[dict]:
+def main(only: list[str] | None = None, kinds: tuple = KINDS, suite: str = SUITE) -> list[dict]:
     try:
         import numba
 
@@ -77,15 +84,18 @@ def main(only: list[str] | None = None, kinds: tuple = KINDS) -> list[dict]:
     except Exception:  # noqa: BLE001
         pass
     warnings.simplefilter("ignore")
+    from threadpoolctl import threadpool_limits
+
     prepared: dict = {}
-    rows = [measure(e.name, wrt, kind, prepared)
-            for e, wrt, kind in cases([ENTRIES[n] for n in only] if only else None, kinds)]
+    with threadpool_limits(limits=1):  # BLAS in the closed forms single-threaded too (on a loaded
+        rows = [measure(e.name, wrt, kind, prepared)  # machine 2 threads cost 5-10x the CPU time)
+                for e, wrt, kind in cases([ENTRIES[n] for n in only] if only else None, kinds)]
     print_table(rows, ("program", "wrt", "kind", "status", "out_type", "sparsad_cpu_s", "closed_cpu_s", "ratio", "note"))
-    path = write_csv(SUITE, rows)
+    path = write_csv(suite, rows)
     timed = [dict(r, label=f"{r['program']}/{r['wrt']}/{r['kind']}") for r in rows if isinstance(r["ratio"], float)]
     if timed:
         timed.sort(key=lambda r: -r["ratio"])
-        plot_bars(SUITE, timed[:80], "label", "ratio", title="sparsad CPU time / closed-form CPU time")
+        plot_bars(suite, timed[:80], "label", "ratio", title="sparsad CPU time / closed-form CPU time")
         ratios = sorted(r["ratio"] for r in timed)
         print(f"{len(ratios)} timed: median {statistics.median(ratios):.3g}x, worst {ratios[-1]:.3g}x "
               f"({timed[0]['label']}), within 5x {sum(x <= 5 for x in ratios)}, within 2x {sum(x <= 2 for x in ratios)}")
@@ -96,4 +106,6 @@ def main(only: list[str] | None = None, kinds: tuple = KINDS) -> list[dict]:
 if __name__ == "__main__":
     chosen = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")]
     kinds = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--kinds=")]
-    main(only=chosen[0] if chosen else None, kinds=tuple(kinds[0]) if kinds else KINDS)
+    out = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--out=")]
+    only = list(MISSES) if "--misses" in sys.argv[1:] else chosen[0] if chosen else None
+    main(only=only, kinds=tuple(kinds[0]) if kinds else KINDS, suite=out[0] if out else SUITE)

@@ -1,5 +1,6 @@
 """Jacobians of order 3 and 4 have one output type in the interpreter and in compiled code, chosen
-from the types (a dense array when every extent is known and small, else a nested dict), with
+from the types (a dense array when every extent is known and small, a COO StoredTensor when
+they are known and the dense array would be big, else a nested dict), with
 values equal to NumPy closed forms."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sparsad.codegen.numba_backend as numba_backend
 import sparsad.codegen.outputs as outputs
 import sparsad.lang.program as program_module
 from sparsad.errors import FallbackWarning
+from sparsad.formats import StoredTensor
 
 SPMV = "sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }"
 HADAMARD = "sum(<i, r> in A) { i -> sum(<j, a> in r) { j -> a * B(i)(j) } }"
@@ -65,13 +67,18 @@ def test_order_three_and_four_jacobians_agree_in_type_and_value(fmt):
         np.testing.assert_allclose(compiled, expected, atol=1e-12)
 
 
-def test_above_the_dense_limit_both_paths_give_a_dict(monkeypatch):
+def test_above_the_dense_limit_both_paths_give_a_coo_tensor(monkeypatch):
     monkeypatch.setattr(numba_backend, "_KERNELS", {})  # kernels built under the real limit are kept per process
     monkeypatch.setattr(outputs, "DENSE_AUTO_LIMIT", 10)
     monkeypatch.setattr(program_module, "DENSE_AUTO_LIMIT", 10)
-    A, x, _ = _inputs(6, "csr")
-    interpreted, compiled = _jacobians(SPMV, "A", A=A, x=x)
-    assert isinstance(interpreted, dict) and isinstance(compiled, dict)
-    expected = np.einsum("ik,l->ikl", np.eye(4), x) * (A.toarray() != 0)[None, :, :]
-    np.testing.assert_allclose(_dense(interpreted, expected.shape), expected, atol=1e-12)
-    np.testing.assert_allclose(_dense(compiled, expected.shape), expected, atol=1e-12)
+    A, x, B = _inputs(6, "csr")
+    Ad = A.toarray()
+    cases = ((_jacobians(SPMV, "A", A=A, x=x), np.einsum("ik,l->ikl", np.eye(4), x) * (Ad != 0)[None, :, :]),
+             (_jacobians(HADAMARD, "B", A=A, B=B), np.einsum("ij,ik,jl->ijkl", Ad, np.eye(4), np.eye(3))))
+    for (interpreted, compiled), expected in cases:
+        for result in (interpreted, compiled):
+            assert isinstance(result, StoredTensor) and result.format.name.startswith("coo")
+            assert result.shape == expected.shape
+            np.testing.assert_allclose(result.to_numpy(), expected, atol=1e-12)
+        assert compiled.nnz == interpreted.nnz  # the same stored entries on both paths
+

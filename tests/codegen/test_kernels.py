@@ -132,7 +132,7 @@ def test_masked_gradient_reuses_the_pattern_of_a(make_physical, make_csr, output
         assert result.nnz == a.nnz  # exactly A's pattern (explicit zeros kept)
     if output == "auto":  # A's indptr and indices, values written at A's positions
         assert (result.indptr == a.indptr).all() and (result.indices == a.indices).all()
-        assert "out_v[p_" in kernel.source and "w_mark" not in kernel.source
+        assert "out_v[np.uint64(p_" in kernel.source and "w_mark" not in kernel.source
     dense = result if isinstance(result, np.ndarray) else result.toarray()
     np.testing.assert_allclose(dense, expected, rtol=1e-12, atol=1e-12)
     assert values_equal(result, evaluate(MASKED, arrays), rtol=1e-12, atol=1e-12)

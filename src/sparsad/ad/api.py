@@ -505,7 +505,8 @@ def _is_zero(result: Any) -> bool:
         return all(_is_zero(v) for v in result.values())
     if isinstance(result, (int, float)):
         return result == 0
-    data = getattr(result, "data", None) if hasattr(result, "tocoo") else result
+    # scipy keeps its stored values in .data, a StoredTensor (order 3+ results) in .values
+    data = getattr(result, "data", None) if hasattr(result, "tocoo") else getattr(result, "values", result)
     try:
         import numpy as np
 

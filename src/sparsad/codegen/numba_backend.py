@@ -31,6 +31,7 @@ import numpy as np
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
 from sparsad.codegen.ir import sized_containers
+from sparsad.codegen.prefix import prefix_workspaces
 from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fill, Fn,
                                    For, ForItems, HasKey, IfThen, IRExpr, Length, Load, LocalGet,
                                    LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary, lower)
@@ -53,6 +54,7 @@ class _Emitter:
         self.plan = plan
         self.containers = {c.name: c for c in program.containers}
         self.plain = plain_workspaces(program)
+        self.prefixes = prefix_workspaces(program.body, program.containers, exclude=self.plain)
         self.lines: list[str] = []
 
     def expr(self, e: IRExpr) -> str:
@@ -83,7 +85,7 @@ class _Emitter:
                     raise UnsupportedError(f"code generation has no code for the function {name!r}")
                 return template.format(*(f"float({self.expr(a)})" for a in args))
             case Load(array=a, index=i, guarded=g):
-                return f"rt.load({a}, {self.expr(i)})" if g else f"{a}[{self.expr(i)}]"
+                return f"rt.load({a}, {self.expr(i)})" if g else f"{a}[{O.unsigned(self.expr(i))}]"
             case Length(array=a):
                 return f"{a}.shape[0]"
             case LocalGet(container=c, key=k) if self._grid_row(c):
@@ -120,6 +122,17 @@ class _Emitter:
             return None
         return container.parent if self.containers[container.parent].kind == "grid" else None
 
+    def count_updates(self, loop_var: str, indent: int) -> None:
+        """Before a loop that writes a prefix workspace at its every key: extend the count."""
+        for update in self.prefixes.updates.get(loop_var, ()):
+            c, end = update.container, self.expr(update.end)
+            line = f"{c}_n = max({c}_n, {end})"
+            if update.inner:
+                nonempty = " and ".join(f"{self.expr(s)} < {self.expr(e)}" for s, e in update.inner)
+                self.put(indent, f"if {nonempty}:", f"    {line}")
+            else:
+                self.put(indent, line)
+
     def put(self, indent: int, *lines: str) -> None:
         self.lines.extend("    " * indent + line for line in lines)
 
@@ -136,13 +149,18 @@ class _Emitter:
             case AddTo(name=n, value=v):
                 self.put(indent, f"{n} += {self.expr(v)}")
             case For(var=var, start=st, end=en, body=body):
+                self.count_updates(var, indent)
                 self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")
                 self.block(body, indent + 1)
                 if self.plan.kind == "workspace" and var == self.plan.row_var:
                     self.put(indent + 1, *O.row_epilogue(var))
             case ForItems(key=k, value=v, container=c, body=body):
+                self.count_updates(k, indent)
                 grid = self._grid_row(c)
-                if self.containers[c].kind == "grid":
+                if c in self.prefixes.names:
+                    self.put(indent, f"for {k} in range({c}_n):", f"    {v} = {c}_val[{k}]")
+                    self.block(body, indent + 1)
+                elif self.containers[c].kind == "grid":
                     self.put(indent, f"for {k} in range({c}_size):", f"    if {c}_rowmark[{k}]:",
                              f"        {v} = {k}")
                     self.block(body, indent + 2)
@@ -152,7 +170,7 @@ class _Emitter:
                     self.block(body, indent + 2)
                 elif self.containers[c].kind == "workspace":
                     self.put(indent, f"for {k}_t in range({c}_n):")
-                    self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{k}]")
+                    self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{O.unsigned(k)}]")
                     self.block(body, indent + 1)
                 else:
                     self.put(indent, f"for {k}, {v} in {c}.items():")
@@ -167,6 +185,8 @@ class _Emitter:
                 container = self.containers[c]
                 if c in self.plain or container.kind == "grid":
                     pass  # zeroed once where it is allocated
+                elif c in self.prefixes.names:
+                    self.put(indent, f"{c}_val[:{c}_n] = 0", f"{c}_n = 0")
                 elif container.kind == "workspace":
                     self.put(indent, f"for {c}_t in range({c}_n):",
                              f"    {c}_val[{c}_keys[{c}_t]] = 0",
@@ -206,7 +226,7 @@ class _Emitter:
                          f"{parent}[_key] = {parent}.get(_key, {zero}) + {self.expr(v)}")
             case Accumulate(target=c, keys=(row_key, key), value=v) if self.containers[c].kind == "grid":
                 r, k = self.expr(row_key), self.expr(key)
-                self.put(indent, f"{c}_val[{r}, {k}] += {self.expr(v)}")
+                self.put(indent, f"{c}_val[{O.unsigned(r)}, {O.unsigned(k)}] += {self.expr(v)}")
                 if self.containers[c].marked:
                     self.put(indent, f"{c}_mark[{r}, {k}] = True", f"{c}_rowmark[{r}] = True")
             case Accumulate(target=c, keys=(row_key, key), value=v):
@@ -221,12 +241,12 @@ class _Emitter:
             case Accumulate(target=c, keys=(key,), value=v):
                 container = self.containers[c]
                 k = self.expr(key)
-                if c in self.plain:
-                    self.put(indent, f"{c}_val[{k}] += {self.expr(v)}")
+                if c in self.plain or c in self.prefixes.names:  # a prefix counts its keys before the loop
+                    self.put(indent, f"{c}_val[{O.unsigned(k)}] += {self.expr(v)}")
                 elif container.kind == "workspace":
                     self.put(indent, f"if not {c}_mark[{k}]:", f"    {c}_mark[{k}] = True",
                              f"    {c}_keys[{c}_n] = {k}", f"    {c}_n += 1",
-                             f"{c}_val[{k}] += {self.expr(v)}")
+                             f"{c}_val[{O.unsigned(k)}] += {self.expr(v)}")
                 else:
                     zero = "0" if container.leaf == "int" else "0.0"
                     self.put(indent, f"_key = np.int64({k})",
@@ -287,6 +307,9 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
             if container.marked:
                 emitter.put(body_indent, f"{c}_mark = np.zeros(({c}_size, {c}__cols_size), np.bool_)",
                             f"{c}_rowmark = np.zeros({c}_size, np.bool_)")
+        elif container.name in emitter.prefixes.names:
+            c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
+            emitter.put(body_indent, f"{c}_val = np.zeros({c}_size, {dtype})", f"{c}_n = 0")
         elif container.kind == "workspace":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{c}_val = np.zeros({c}_size, {dtype})",

@@ -212,9 +212,10 @@ def to_natural(value: Any, result_type: Type, out_format: str = "natural") -> An
     if out_format == "natural" and order >= 3:
         # as compiled code (codegen.outputs, output="auto"): from the type's extents, not the values
         known = [e for e in extents(_leaves_as_real(result_type))[:order] if e is not None]
-        if len(known) < order or float(np.prod(known, dtype=np.float64)) > DENSE_AUTO_LIMIT:
+        if len(known) < order:
             return value
-        out_format = "dense"
+        # a big one as a COO StoredTensor (sparse, as the compiled kernel assembles it)
+        out_format = "dense" if float(np.prod(known, dtype=np.float64)) <= DENSE_AUTO_LIMIT else "coo"
     if out_format == "natural":
         stored = _count_leaves(value)
         full = 1
