@@ -22,7 +22,9 @@ autograd on several input draws, speed vs torch autograd and vs ``jax.jit(jax.gr
 twin, and the first-call time, each function in a worker subprocess under a time limit.  Writes
 ``bench/results/coarsen_corpus.csv`` and ``coarsen_corpus_*.png``.  Options: ``--corpus-only``,
 ``--no-corpus``, ``--case NAME`` (repeatable), ``--timeout SECONDS`` (per function), ``--draws N`` and
-``--repeat N`` (input draws per function, timing repetitions).  ``--quick`` uses the small trip counts
+``--repeat N`` (input draws per function, timing repetitions); ``--first-calls-only``: status, error vs
+autograd and first-call time only (no timings, no JAX, the adjoint in generated torch code without
+the Numba tiers: a quick look at coverage and compile time).  ``--quick`` uses the small trip counts
 of the tests; the default is the natural ones.  The first call is reported as wall time and as the
 calling thread's CPU time (which the machine's load does not inflate).
 """
@@ -303,7 +305,8 @@ def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: 
     row = {"function": name, "kind": case.kind, "constructs": case.constructs, "status": "running",
            "stage": "first call", "draws": draws}
     report(dict(row))
-    grad_fn = coarsen.grad(case.torch_fn, case.argnums)
+    first_calls_only = repeat <= 0  # status, errors and first calls; no timings, no Numba tiers
+    grad_fn = coarsen.grad(case.torch_fn, case.argnums, numba=not first_calls_only)
     inputs = [draw(case, seed, small) for seed in range(draws)]
     errors, later = [], []
     started = time.perf_counter()
@@ -330,8 +333,9 @@ def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: 
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, coarsen.CoarsenFallbackWarning)]
     # the Numba tiers (adjoint, recording primal) compile in the background while the calls above
     # run the generated torch code: wait for them, and report when they were ready
-    tiers.wait()
-    row["compiled_ready_s"] = time.perf_counter() - started
+    if not first_calls_only:
+        tiers.wait()
+        row["compiled_ready_s"] = time.perf_counter() - started
     if later:
         row["later_call_max_s"] = max(later)
     if row["status"] != "error":
@@ -343,6 +347,9 @@ def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: 
     row["stage"] = "timing torch autograd"
     report(dict(row))
     if row["status"] == "error":
+        return row
+    if first_calls_only:
+        row["stage"] = "done"
         return row
 
     args = inputs[0]
@@ -665,4 +672,5 @@ if __name__ == "__main__":
     main(quick="--quick" in argv, apps=_apps_from_argv(argv), corpus="--no-corpus" not in argv,
          only_corpus="--corpus-only" in argv, timeout=_float_option(argv, "--timeout"),
          cases=[argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--case"] or None,
-         draws=int(_float_option(argv, "--draws") or 0) or None, repeat=int(_float_option(argv, "--repeat") or 0) or None)
+         draws=int(_float_option(argv, "--draws") or 0) or None,
+         repeat=-1 if "--first-calls-only" in argv else int(_float_option(argv, "--repeat") or 0) or None)

@@ -1468,8 +1468,8 @@ class Tracer:
         (then it is unrolled while tracing, if short)."""
         if rows.length == 0:
             return env
-        if not rows.has_tensor:
-            return None
+        if not rows.has_tensor or rows.matrix_rows and rows.length <= STATIC_UNROLL:
+            return None  # (rows of a matrix: compiled loops index only vectors by the counter)
         site = site_of(node)
         counter = ssa.LoopIndex((), site, 0)
         extra: dict = {}
@@ -1634,8 +1634,9 @@ class _RowSequence:
     """What a ``for`` walks when it iterates over the rows of traced tensors: ``length`` items, item
     ``c`` (``c`` a counter expression) made by ``at``.  ``zip``/``enumerate``/``reversed`` compose."""
 
-    def __init__(self, length: int, at: Callable, has_tensor: bool, unrolled: Callable):
+    def __init__(self, length: int, at: Callable, has_tensor: bool, unrolled: Callable, matrix_rows: bool = False):
         self.length, self._at, self.has_tensor, self._unrolled = length, at, has_tensor, unrolled
+        self.matrix_rows = matrix_rows  # rows that are vectors (compiled loops take only scalars by the counter)
 
     def at(self, tracer: "Tracer", counter):
         return self._at(tracer, counter)
@@ -1653,7 +1654,8 @@ class _RowSequence:
             _, stride, offset = affine
             return ssa.Index(value.shape[1:], value, site, offset, stride)
 
-        return _RowSequence(value.shape[0], at, True, lambda tracer, node: tracer.rows(value, node))
+        return _RowSequence(value.shape[0], at, True, lambda tracer, node: tracer.rows(value, node),
+                            len(value.shape) > 1)
 
     @staticmethod
     def of_range(r: range) -> "_RowSequence":
@@ -1666,25 +1668,28 @@ class _RowSequence:
     @staticmethod
     def combine(func, args: list, kwargs: dict, tracer: "Tracer") -> "_RowSequence | None":
         """``zip``/``enumerate``/``reversed`` of row sequences and ranges (None for other arguments)."""
+        if func is builtins.enumerate and len(args) == 2 and "start" not in kwargs:
+            args, kwargs = args[:1], {"start": args[1]}
         seqs = [_RowSequence.of_range(a) if isinstance(a, range) else a for a in args]
         if not seqs or not all(isinstance(a, _RowSequence) for a in seqs):
             return None
         has_tensor = any(a.has_tensor for a in seqs)
+        matrix_rows = any(a.matrix_rows for a in seqs)
         if func is builtins.reversed and len(seqs) == 1 and not kwargs:
             seq = seqs[0]
             last = seq.length - 1
             return _RowSequence(seq.length, lambda t, c: seq.at(t, t.op("sub", last, c)), has_tensor,
-                                lambda t, node: tuple(reversed(tuple(seq.unrolled(t, node)))))
+                                lambda t, node: tuple(reversed(tuple(seq.unrolled(t, node)))), matrix_rows)
         if func is builtins.enumerate and len(seqs) == 1 and set(kwargs) <= {"start"}:
             seq, start = seqs[0], kwargs.get("start", 0)
             if not isinstance(start, int) or isinstance(start, bool):
                 return None
             return _RowSequence(seq.length, lambda t, c: (c if start == 0 else t.op("add", c, start), seq.at(t, c)),
-                                has_tensor, lambda t, node: tuple(enumerate(seq.unrolled(t, node), start)))
+                                has_tensor, lambda t, node: tuple(enumerate(seq.unrolled(t, node), start)), matrix_rows)
         if func is builtins.zip and not kwargs:
             length = min(a.length for a in seqs)
             return _RowSequence(length, lambda t, c: tuple(a.at(t, c) for a in seqs), has_tensor,
-                                lambda t, node: tuple(zip(*[a.unrolled(t, node) for a in seqs])))
+                                lambda t, node: tuple(zip(*[a.unrolled(t, node) for a in seqs])), matrix_rows)
         return None
 
 
