@@ -21,7 +21,12 @@ Then the corpus of functions written the way PyTorch users write them (``bench/c
 autograd on several input draws, speed vs torch autograd and vs ``jax.jit(jax.grad)`` of its JAX
 twin, and the first-call time, each function in a worker subprocess under a time limit.  Writes
 ``bench/results/coarsen_corpus.csv`` and ``coarsen_corpus_*.png``.  Options: ``--corpus-only``,
-``--no-corpus``, ``--case NAME`` (repeatable), ``--timeout SECONDS`` (per function).
+``--no-corpus``, ``--case NAME`` (repeatable), ``--timeout SECONDS`` (per function), ``--draws N`` and
+``--repeat N`` (input draws per function, timing repetitions); ``--first-calls-only``: status, error vs
+autograd and first-call time only (no timings, no JAX, the adjoint in generated torch code without
+the Numba tiers: a quick look at coverage and compile time).  ``--quick`` uses the small trip counts
+of the tests; the default is the natural ones.  The first call is reported as wall time and as the
+calling thread's CPU time (which the machine's load does not inflate).
 """
 from __future__ import annotations
 
@@ -152,12 +157,13 @@ def _jax_rows(name: str, config: int, repeat: int, row: dict) -> None:
 
 
 def main(quick: bool = False, apps: list[str] | None = None, corpus: bool = True, only_corpus: bool = False,
-         timeout: float | None = None, cases: list[str] | None = None) -> None:
+         timeout: float | None = None, cases: list[str] | None = None, draws: int | None = None,
+         repeat: int | None = None) -> None:
     """The five applications, then the corpus of users' functions (``corpus_main``)."""
     if not only_corpus:
         apps_main(quick, apps)
     if corpus:
-        corpus_main(quick=quick, timeout=timeout, names=cases)
+        corpus_main(quick=quick, timeout=timeout, names=cases, draws=draws, repeat=repeat)
 
 
 def apps_main(quick: bool = False, apps: list[str] | None = None) -> None:
@@ -234,7 +240,7 @@ CORPUS_TIMEOUT_S = 90.0         # per function: first call, the other draws, the
 CORPUS_QUICK_TIMEOUT_S = 30.0
 WORKER_START_S = 300.0          # importing torch, JAX, SymPy and Numba on a loaded machine
 WRONG_GRADIENT = 1e-6           # relative error vs autograd above which a gradient counts as wrong
-CORPUS_COLUMNS = ["function", "kind", "status", "first_call_s", "second_call_s", "compiled_ready_s", "max_rel_err", "torch_ms",
+CORPUS_COLUMNS = ["function", "kind", "status", "first_call_s", "first_call_cpu_s", "second_call_s", "compiled_ready_s", "max_rel_err", "torch_ms",
                   "coarsen_ms", "jax_ms", "speedup_vs_torch", "speedup_vs_jax", "cause"]
 
 
@@ -299,14 +305,15 @@ def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: 
     row = {"function": name, "kind": case.kind, "constructs": case.constructs, "status": "running",
            "stage": "first call", "draws": draws}
     report(dict(row))
-    grad_fn = coarsen.grad(case.torch_fn, case.argnums)
+    first_calls_only = repeat <= 0  # status, errors and first calls; no timings, no Numba tiers
+    grad_fn = coarsen.grad(case.torch_fn, case.argnums, numba=not first_calls_only)
     inputs = [draw(case, seed, small) for seed in range(draws)]
     errors, later = [], []
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for k, args in enumerate(inputs):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             try:
                 got = grad_fn(*args)
             except Exception as why:  # anything but a fallback is a bug of the library
@@ -315,6 +322,7 @@ def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: 
             elapsed = time.perf_counter() - start
             if k == 0:
                 row["first_call_s"] = elapsed
+                row["first_call_cpu_s"] = time.thread_time() - start_cpu  # (the load of other processes aside)
             elif k == 1:
                 row["second_call_s"] = elapsed
             else:
@@ -325,8 +333,9 @@ def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: 
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, coarsen.CoarsenFallbackWarning)]
     # the Numba tiers (adjoint, recording primal) compile in the background while the calls above
     # run the generated torch code: wait for them, and report when they were ready
-    tiers.wait()
-    row["compiled_ready_s"] = time.perf_counter() - started
+    if not first_calls_only:
+        tiers.wait()
+        row["compiled_ready_s"] = time.perf_counter() - started
     if later:
         row["later_call_max_s"] = max(later)
     if row["status"] != "error":
@@ -338,6 +347,9 @@ def measure_corpus_case(name: str, small: bool = False, draws: int = 3, repeat: 
     row["stage"] = "timing torch autograd"
     report(dict(row))
     if row["status"] == "error":
+        return row
+    if first_calls_only:
+        row["stage"] = "done"
         return row
 
     args = inputs[0]
@@ -518,6 +530,11 @@ def summarize_corpus(rows: list[dict], timeout: float) -> dict:
     print(f"first call (trace + symbolic + compile): median {summary['first_call_median_s']:.2f} s, max "
           f"{summary['first_call_max_s']:.2f} s (timeouts counted as {timeout:.0f} s); coarsened only: median "
           f"{summary['first_call_median_coarsened_s']:.2f} s, max {summary['first_call_max_coarsened_s']:.2f} s")
+    cpus = [r["first_call_cpu_s"] for r in rows if "first_call_cpu_s" in r]
+    if cpus:
+        summary["first_call_cpu_median_s"], summary["first_call_cpu_max_s"] = statistics.median(cpus), max(cpus)
+        print(f"first call, CPU time of the calling thread (the machine's load aside; timeouts not counted): median "
+              f"{summary['first_call_cpu_median_s']:.2f} s, max {summary['first_call_cpu_max_s']:.2f} s")
     print(f"coarsened functions, coarsen.grad vs torch autograd: median {summary['median_speedup_vs_torch']:.2f}x, "
           f"min {summary['min_speedup_vs_torch']:.2f}x (slower: {', '.join(summary['slower_vs_torch']) or 'none'})")
     print(f"coarsened functions, coarsen.grad vs jax.jit(jax.grad): median {summary['median_speedup_vs_jax']:.2f}x, "
@@ -542,7 +559,8 @@ def summarize_corpus(rows: list[dict], timeout: float) -> dict:
     return summary
 
 
-def corpus_main(quick: bool = False, timeout: float | None = None, names: list[str] | None = None) -> list[dict]:
+def corpus_main(quick: bool = False, timeout: float | None = None, names: list[str] | None = None,
+                draws: int | None = None, repeat: int | None = None) -> list[dict]:
     """``sparsad bench coarsen``'s corpus part: table, CSV and plots in bench/results/, then the summary."""
     from bench.corpora.coarsen import CASES, CASES_BY_NAME
 
@@ -551,7 +569,7 @@ def corpus_main(quick: bool = False, timeout: float | None = None, names: list[s
         raise SystemExit(f"unknown corpus function(s): {', '.join(unknown)}")
     timeout = timeout or (CORPUS_QUICK_TIMEOUT_S if quick else CORPUS_TIMEOUT_S)
     names = names or [c.name for c in CASES]
-    draws, repeat = (2, 5) if quick else (3, 20)
+    draws, repeat = draws or (2 if quick else 3), repeat or (5 if quick else 20)
     print(f"\n=== coarsening corpus: {len(names)} functions, {draws} draws each, "
           f"{'small' if quick else 'natural'} trip counts, {timeout:.0f} s per function ===")
     rows = run_corpus(names, small=quick, draws=draws, repeat=repeat, timeout=timeout)
@@ -653,4 +671,6 @@ if __name__ == "__main__":
         raise SystemExit(0)
     main(quick="--quick" in argv, apps=_apps_from_argv(argv), corpus="--no-corpus" not in argv,
          only_corpus="--corpus-only" in argv, timeout=_float_option(argv, "--timeout"),
-         cases=[argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--case"] or None)
+         cases=[argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--case"] or None,
+         draws=int(_float_option(argv, "--draws") or 0) or None,
+         repeat=-1 if "--first-calls-only" in argv else int(_float_option(argv, "--repeat") or 0) or None)

@@ -12,9 +12,12 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from sparsad.coarsen import budget
 from sparsad.coarsen.elevate import Elevation, Segment
 from sparsad.coarsen.frontend import CoarsenUnsupported
-from sparsad.coarsen.symbolic import LoopFwd, LoopRev, Pick, Scatter, VSum, real_symbol, shape_of, stabilize, tree_size
+from sparsad.coarsen.symbolic import (SIMPLIFY_MAX_DEGREE, LoopFwd, LoopRev, Pick, Scatter, VSum,  # noqa: F401
+                                      polynomial_degree_bound, real_symbol, shape_of, simplify_is_bounded, stabilize,
+                                      tree_size)
 
 
 @dataclass
@@ -73,8 +76,7 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
     sizes: dict = {}
 
     def tidy(d):
-        if (simplify and time.perf_counter() < deadline and tree_size(d, sizes) <= 30 and d.has(sp.Symbol)
-                and polynomial_degree_bound(d) <= SIMPLIFY_MAX_DEGREE):
+        if simplify and time.perf_counter() < deadline and simplify_is_bounded(d):
             try:
                 candidate = sp.simplify(d)
                 if tree_size(candidate, sizes) < tree_size(d, sizes):
@@ -97,6 +99,7 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
 
     handled_loops: set = set()
     for seg in reversed(segments):
+        budget.check()
         if seg.sym not in active:
             continue
         if isinstance(seg.expr, Pick) and isinstance(seg.expr.args[0], LoopFwd):
@@ -158,38 +161,6 @@ def _loop_adjoint(call, loops: dict, handled: set, adjoint_of, adjoint_terms: di
         if isinstance(u, sp.Symbol) and u in active:
             shape = tuple(shapes.get(u, ()))
             adjoint_terms.setdefault(u, []).append(Pick(rev, sp.Integer(m), *[sp.Integer(d) for d in shape]))
-
-
-SIMPLIFY_MAX_DEGREE = 8  # sympy.simplify expands powers: beyond this degree it can take minutes and gigabytes
-
-
-def polynomial_degree_bound(expr: sp.Expr) -> int:
-    """An upper bound of the degree ``expr`` reaches when fully expanded (function calls count as
-    atoms, but their arguments are bounded too): what ``sympy.simplify``'s expansions cost."""
-    memo: dict = {}
-
-    def degree(e) -> int:
-        if e in memo:
-            return memo[e]
-        if not e.args:
-            result = 1 if e.free_symbols else 0
-        elif isinstance(e, sp.Pow):
-            base, expo = e.args
-            inner = degree(base)
-            if expo.is_Integer:
-                result = abs(int(expo)) * inner
-            else:
-                result = max(inner, degree(expo), 1)  # a symbolic or fractional power: not expanded
-        elif isinstance(e, sp.Mul):
-            result = sum(degree(a) for a in e.args)
-        elif isinstance(e, sp.Add):
-            result = max(degree(a) for a in e.args)
-        else:
-            result = max([1] + [degree(a) for a in e.args])
-        memo[e] = result
-        return result
-
-    return degree(expr)
 
 
 def segment_gradient(expr: sp.Expr, targets: set) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 
 import sympy as sp
 
-from sparsad.coarsen import ssa
+from sparsad.coarsen import budget, ssa
 from sparsad.coarsen.frontend import CoarsenUnsupported
 from sparsad.coarsen.phi import LoopSpec, NoClosedForm, solve
 from sparsad.coarsen.record import Record
@@ -92,6 +92,7 @@ _BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a
            "le": sp.LessThan, "eq": sp.Eq, "ne": sp.Ne}
 
 
+DEEP_EVALUATION = 100  # nesting of ``ev`` from which operands are evaluated first, iteratively
 UNROLL_BUDGET = 400   # SSA operations unrolled per elevation (iterations x body size) before giving up
 UNROLL_SHORT = 400    # a loop without closed form this small (iterations x body size) is unrolled, not looped
 UNROLL_SHORT_TRIPS = 12  # ... and with at most this many iterations (expressions grow with every one)
@@ -132,6 +133,7 @@ class Elevator:
         self.sizes: dict = {}
         self.uses = use_counts(graph)
         self.counter = 0
+        self.depth = 0      # nesting of ``ev`` (deep chains are evaluated operands first)
         self.unrolled = 0   # operations unrolled so far (bounded by UNROLL_BUDGET)
         self.loop_bodies: dict = {}
         self.reverse_loops = True
@@ -200,15 +202,47 @@ class Elevator:
 
     # --------------------------------------------------------------- evaluation
     def ev(self, node: ssa.Node, ctx: _Ctx):
-        deps = ssa.loop_dependencies(node, self.deps)
-        while ctx.parent is not None and ctx.site not in deps:
-            ctx = ctx.parent  # loop-invariant: evaluate (and cut) once, outside the loop
+        ctx = self._home(node, ctx)
         key = id(node)
         if key in ctx.memo:
             return ctx.memo[key]
-        value = self._ev(node, ctx)
+        budget.check()
+        if self.depth >= DEEP_EVALUATION:
+            self._operands_first(node, ctx)
+        self.depth += 1
+        try:
+            value = self._ev(node, ctx)
+        finally:
+            self.depth -= 1
         ctx.memo[key] = value
         return value
+
+    def _home(self, node: ssa.Node, ctx: _Ctx) -> _Ctx:
+        deps = ssa.loop_dependencies(node, self.deps)
+        while ctx.parent is not None and ctx.site not in deps:
+            ctx = ctx.parent  # loop-invariant: evaluate (and cut) once, outside the loop
+        return ctx
+
+    def _operands_first(self, node: ssa.Node, ctx: _Ctx) -> None:
+        """Evaluate the not yet evaluated operands of ``node`` bottom-up, iteratively: on a long chain
+        (a loop unrolled while tracing) the recursion of ``ev`` then stays shallow."""
+        order, seen, stack = [], set(), [(node, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if expanded:
+                order.append(current)
+                continue
+            if id(current) in seen or id(current) in self._home(current, ctx).memo:
+                continue
+            seen.add(id(current))
+            stack.append((current, True))
+            stack.extend((c, False) for c in reversed(ssa.children(current)))
+        saved, self.depth = self.depth, 0
+        try:
+            for operand in order[:-1]:  # (the last one is ``node`` itself)
+                self.ev(operand, ctx)
+        finally:
+            self.depth = saved
 
     def _ev(self, node, ctx):
         if isinstance(node, ssa.Input):

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sparsad.coarsen import ssa
+from sparsad.coarsen import budget, ssa
 from sparsad.coarsen.source import CoarsenUnsupported, function_ast
 
 
@@ -266,6 +266,7 @@ class Tracer:
             return self.stacked_op(name, args)
         if not any(isinstance(a, ssa.Node) for a in args):
             return _static_apply(name, args)
+        budget.check()
         nodes = tuple(self.const(a) for a in args)
         return ssa.Op(_broadcast(*(n.shape for n in nodes)), name, nodes)
 
@@ -1122,6 +1123,7 @@ class Tracer:
         if method is None:
             raise CoarsenUnsupported(f"line {node.lineno}: statement {type(node).__name__} is not supported")
         self.line = node.lineno
+        budget.check()
         try:
             return method(node, env)
         except DynamicInTensorMath as why:
@@ -1365,7 +1367,14 @@ class Tracer:
         if node.orelse:
             raise CoarsenUnsupported(f"line {node.lineno}: for-else")
         node = _without_continue(node)
-        iterable = self.ev(node.iter, env)
+        rows = self.row_sequence(node.iter, env, site_of(node))
+        if isinstance(rows, _RowSequence):
+            done = self.row_loop(node, env, rows)
+            if done is not None:
+                return done
+            iterable = rows.unrolled(self, node)
+        else:
+            iterable = rows
         if isinstance(iterable, _TracedRange):
             if not isinstance(node.target, ast.Name):
                 raise CoarsenUnsupported(f"line {node.lineno}: only `for name in range(...)` loops are traced")
@@ -1423,6 +1432,67 @@ class Tracer:
             env[node.target.id] = i
             env = self.run(node.body, env)
         return env
+
+    def row_sequence(self, expr: ast.expr, env: dict, site: ssa.Site):
+        """What a ``for`` at ``site`` iterates over: a ``_RowSequence`` when it walks the rows of traced
+        tensors (``x``, ``zip(xs, ys)``, ``enumerate(x)``, ``reversed(x)``, with ranges beside them),
+        else the evaluated iterable."""
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.args and \
+                not any(isinstance(a, ast.Starred) for a in expr.args) and all(k.arg for k in expr.keywords):
+            func = self.ev(expr.func, env)
+            if func in (builtins.zip, builtins.enumerate, builtins.reversed):
+                args = [self.row_sequence(a, env, site) for a in expr.args]
+                kwargs = {k.arg: self.ev(k.value, env) for k in expr.keywords}
+                combined = _RowSequence.combine(func, args, kwargs, self)
+                if combined is not None:
+                    return combined
+                args = [a.unrolled(self, expr) if isinstance(a, _RowSequence) else a for a in args]
+                values = args + list(kwargs.values())
+                if any(_traced(a) or _holds_node(a) for a in values):
+                    return self.call_builtin(func, args, kwargs, expr)
+                if any(a is DYNAMIC for a in values):
+                    return DYNAMIC
+                try:
+                    return func(*args, **kwargs)
+                except Exception as exc:
+                    raise CoarsenUnsupported(f"line {expr.lineno}: {func.__name__}() failed while tracing: {exc}") \
+                        from exc
+        value = self.ev(expr, env)
+        if isinstance(value, ssa.Node) and value.shape and not isinstance(value, ssa.Const):
+            return _RowSequence.of_tensor(value, site)
+        return value
+
+    def row_loop(self, node: ast.For, env: dict, rows: "_RowSequence"):
+        """A ``for`` over the rows of traced tensors as a traced loop (its trip count is the number of
+        rows), so that nothing grows with it; None when the body needs the rows as separate values
+        (then it is unrolled while tracing, if short)."""
+        if rows.length == 0:
+            return env
+        if not rows.has_tensor or rows.matrix_rows and rows.length <= STATIC_UNROLL:
+            return None  # (rows of a matrix: compiled loops index only vectors by the counter)
+        site = site_of(node)
+        counter = ssa.LoopIndex((), site, 0)
+        extra: dict = {}
+        try:
+            self.bind(node.target, rows.at(self, counter), extra)
+        except CoarsenUnsupported:
+            return None
+        saved = (len(self.loops), len(self.branch_sites), dict(self.scopes[-1]), len(self.notes))
+        self.short_loops[site] = rows.length <= STATIC_UNROLL
+        try:
+            return self._loop(node, env, "for", rows.length, 0, extra)
+        except CoarsenUnsupported as why:
+            if rows.length > STATIC_UNROLL:
+                raise
+            note = (f"loop at line {node.lineno}: unrolled while tracing ({rows.length} rows): "
+                    f"{str(why).split(': ', 1)[-1]}")
+        del self.loops[saved[0]:]
+        del self.branch_sites[saved[1]:]
+        self.scopes[-1] = saved[2]
+        del self.notes[saved[3]:]
+        if note not in self.notes:
+            self.notes.append(note)
+        return None
 
     def st_While(self, node, env):
         if node.orelse:
@@ -1558,6 +1628,69 @@ class _LocalFunction:
 class _BoundMethod:
     def __init__(self, base: ssa.Node, name: str):
         self.base, self.name = base, name
+
+
+class _RowSequence:
+    """What a ``for`` walks when it iterates over the rows of traced tensors: ``length`` items, item
+    ``c`` (``c`` a counter expression) made by ``at``.  ``zip``/``enumerate``/``reversed`` compose."""
+
+    def __init__(self, length: int, at: Callable, has_tensor: bool, unrolled: Callable, matrix_rows: bool = False):
+        self.length, self._at, self.has_tensor, self._unrolled = length, at, has_tensor, unrolled
+        self.matrix_rows = matrix_rows  # rows that are vectors (compiled loops take only scalars by the counter)
+
+    def at(self, tracer: "Tracer", counter):
+        return self._at(tracer, counter)
+
+    def unrolled(self, tracer: "Tracer", node):
+        """The items as Python values (the iteration unrolled while tracing)."""
+        return self._unrolled(tracer, node)
+
+    @staticmethod
+    def of_tensor(value: ssa.Node, site: ssa.Site) -> "_RowSequence":
+        def at(tracer, counter):
+            affine = _affine_in_counter(counter)
+            if affine is None or affine[0] is None:
+                raise CoarsenUnsupported("a row taken at a position that is not affine in the loop counter")
+            _, stride, offset = affine
+            return ssa.Index(value.shape[1:], value, site, offset, stride)
+
+        return _RowSequence(value.shape[0], at, True, lambda tracer, node: tracer.rows(value, node),
+                            len(value.shape) > 1)
+
+    @staticmethod
+    def of_range(r: range) -> "_RowSequence":
+        def at(tracer, counter):
+            scaled = counter if r.step == 1 else tracer.op("mul", counter, r.step)
+            return scaled if r.start == 0 else tracer.op("add", scaled, r.start)
+
+        return _RowSequence(len(r), at, False, lambda tracer, node: r)
+
+    @staticmethod
+    def combine(func, args: list, kwargs: dict, tracer: "Tracer") -> "_RowSequence | None":
+        """``zip``/``enumerate``/``reversed`` of row sequences and ranges (None for other arguments)."""
+        if func is builtins.enumerate and len(args) == 2 and "start" not in kwargs:
+            args, kwargs = args[:1], {"start": args[1]}
+        seqs = [_RowSequence.of_range(a) if isinstance(a, range) else a for a in args]
+        if not seqs or not all(isinstance(a, _RowSequence) for a in seqs):
+            return None
+        has_tensor = any(a.has_tensor for a in seqs)
+        matrix_rows = any(a.matrix_rows for a in seqs)
+        if func is builtins.reversed and len(seqs) == 1 and not kwargs:
+            seq = seqs[0]
+            last = seq.length - 1
+            return _RowSequence(seq.length, lambda t, c: seq.at(t, t.op("sub", last, c)), has_tensor,
+                                lambda t, node: tuple(reversed(tuple(seq.unrolled(t, node)))), matrix_rows)
+        if func is builtins.enumerate and len(seqs) == 1 and set(kwargs) <= {"start"}:
+            seq, start = seqs[0], kwargs.get("start", 0)
+            if not isinstance(start, int) or isinstance(start, bool):
+                return None
+            return _RowSequence(seq.length, lambda t, c: (c if start == 0 else t.op("add", c, start), seq.at(t, c)),
+                                has_tensor, lambda t, node: tuple(enumerate(seq.unrolled(t, node), start)), matrix_rows)
+        if func is builtins.zip and not kwargs:
+            length = min(a.length for a in seqs)
+            return _RowSequence(length, lambda t, c: tuple(a.at(t, c) for a in seqs), has_tensor,
+                                lambda t, node: tuple(zip(*[a.unrolled(t, node) for a in seqs])), matrix_rows)
+        return None
 
 
 class _TracedRange:

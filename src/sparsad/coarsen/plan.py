@@ -12,6 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
+from sparsad.coarsen.budget import symbolic_stage
 from sparsad.coarsen import ssa
 from sparsad.coarsen.adjoint import AdjointProgram, differentiate
 from sparsad.coarsen.codegen import compile_source, generate_source, jax_namespace, torch_namespace
@@ -132,16 +133,18 @@ class Plan:
             raise CoarsenUnsupported(
                 f"a loop without closed form changes its trip count from call to call "
                 f"({MAX_UNROLLED_VARIANTS} unrolled variants compiled already)")
-        elev = elevate(self.graph, record, self.max_segment, self.closed_forms)
+        with symbolic_stage("elevation"):
+            elev = elevate(self.graph, record, self.max_segment, self.closed_forms)
         self.elevations.append(elev)
         return elev
 
     def adjoint(self, elev: Elevation, wrt: tuple[int, ...], backend: str, like) -> Compiled:
         key = (id(elev), wrt, backend, str(getattr(like, "dtype", "")), str(getattr(like, "device", "")))
         if key not in self.compiled:
-            program = differentiate(elev, list(wrt))
-            name = f"adjoint_{self.graph.name}"
-            source = generate_source(program, name, backend)
+            with symbolic_stage("differentiation"):
+                program = differentiate(elev, list(wrt))
+                name = f"adjoint_{self.graph.name}"
+                source = generate_source(program, name, backend)
             ns = torch_namespace(program, like) if backend == "torch" else jax_namespace(program, like.dtype)
             fn = compile_source(source, name, ns)
             if backend == "torch" and getattr(like.device, "type", "cpu") == "cpu" and self.use_numba:
@@ -317,7 +320,8 @@ def _is_numpy_scalar(a) -> bool:
 
 
 def build_plan(fn: Callable, args: tuple, max_segment: int, closed_forms: bool) -> Plan:
-    graph = trace(fn, args)
+    with symbolic_stage("trace"):
+        graph = trace(fn, args)
     sites = [loop.site for loop in graph.loops] + list(graph.branch_sites)
     return Plan(fn, graph, instrument(fn, sites), max_segment, closed_forms, sites=sites)
 

@@ -152,30 +152,57 @@ def children(node: Node) -> tuple[Node, ...]:
 
 
 def loop_dependencies(node: Node, memo: dict) -> frozenset:
-    """Sites of the loops whose iteration ``node``'s value depends on (or sits inside)."""
-    key = id(node)
-    if key in memo:
-        return memo[key]
-    memo[key] = frozenset()  # guards against cycles; graphs are acyclic
+    """Sites of the loops whose iteration ``node``'s value depends on (or sits inside).
+
+    Iterative (operands first), so that a long chain of nodes reaches no recursion limit."""
+    stack = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        key = id(current)
+        if not expanded:
+            if key in memo:
+                continue
+            memo[key] = None  # in progress (graphs are acyclic)
+            stack.append((current, True))
+            stack.extend((n, False) for n in _dependency_operands(current) if id(n) not in memo)
+            continue
+        memo[key] = _own_dependencies(current, memo)
+    return memo[id(node)]
+
+
+def _dependency_operands(node: Node) -> tuple:
     if isinstance(node, (Carried, LoopIndex)):
-        result = frozenset([node.site])
-    elif isinstance(node, Index):
-        result = frozenset([node.site]) | loop_dependencies(node.base, memo)
-    elif isinstance(node, Phi):
-        result = frozenset(node.scope) | loop_dependencies(node.then, memo) | loop_dependencies(node.orelse, memo)
-    elif isinstance(node, Loop):
+        return ()
+    if isinstance(node, Phi):
+        return (node.then, node.orelse)
+    if isinstance(node, Loop):
+        return tuple(body_nodes(node)) + tuple(n for n in node.inits if n is not None)
+    return children(node)
+
+
+def _own_dependencies(node: Node, memo: dict) -> frozenset:
+    """``node``'s dependencies from its operands' (already in ``memo``)."""
+    def of(n):
+        return memo.get(id(n)) or frozenset()
+
+    if isinstance(node, (Carried, LoopIndex)):
+        return frozenset([node.site])
+    if isinstance(node, Index):
+        return frozenset([node.site]) | of(node.base)
+    if isinstance(node, Phi):
+        return frozenset(node.scope) | of(node.then) | of(node.orelse)
+    if isinstance(node, Loop):
         inner = frozenset()
         for n in body_nodes(node):
-            inner |= loop_dependencies(n, memo)
+            inner |= of(n)
         result = frozenset(node.scope) | (inner - {node.site})
         for n in node.inits:
             if n is not None:
-                result |= loop_dependencies(n, memo)
-    else:
-        result = frozenset()
-        for n in children(node):
-            result |= loop_dependencies(n, memo)
-    memo[key] = result
+                result |= of(n)
+        return result
+    result = frozenset()
+    for n in children(node):
+        result |= of(n)
     return result
 
 

@@ -8,6 +8,8 @@ before differentiation (§6) keeps the derivative stable too.
 from __future__ import annotations
 
 import sympy as sp
+from sympy.functions.elementary.hyperbolic import HyperbolicFunction
+from sympy.functions.elementary.trigonometric import InverseTrigonometricFunction, TrigonometricFunction
 
 
 class VSum(sp.Function):
@@ -51,12 +53,10 @@ def tree_size(expr: sp.Basic, cache: dict | None = None) -> int:
     cache = {} if cache is None else cache
     if expr in cache:
         return cache[expr]
-    if not expr.args:
-        size = 0
-    else:
-        size = 1 + sum(tree_size(a, cache) for a in expr.args)
-    cache[expr] = size
-    return size
+    for node in postorder(expr):
+        if node not in cache:
+            cache[node] = 1 + sum(cache[a] for a in node.args) if node.args else 0
+    return cache[expr]
 
 
 def shape_of(expr: sp.Basic, shapes: dict) -> tuple[int, ...]:
@@ -90,6 +90,8 @@ def hoist_sum(body: sp.Expr, length: int, shapes: dict, scalars: set) -> sp.Expr
     gens = [s for s in body.free_symbols if s in scalars]
     if not gens:
         return _plain_sum(body, length, shapes)
+    if tree_size(body) > HOIST_MAX_SIZE or polynomial_degree_bound(body) > SIMPLIFY_MAX_DEGREE:
+        return VSum(body, length)  # (expanding it could take longer than summing it as it is)
     try:
         poly = sp.Poly(sp.expand(body, power_base=False, power_exp=False, log=False), *gens)
     except sp.PolynomialError:
@@ -119,8 +121,79 @@ def _is_one_plus_exp(arg: sp.Expr):
     return None
 
 
+def _cancels(u: sp.Expr, v: sp.Expr) -> bool:
+    """Whether ``u + v == 0``: SymPy's automatic collection, then an expansion of small sums only
+    (``simplify`` here ran trigsimp for minutes on a few dozen operations)."""
+    total = u + v
+    if total == 0:
+        return True
+    return tree_size(total) <= SIMPLIFY_MAX_SIZE and polynomial_degree_bound(total) <= SIMPLIFY_MAX_DEGREE \
+        and sp.expand(total) == 0
+
+
+HOIST_MAX_SIZE = 120      # operations of a sum's body expanded to hoist loop-invariant factors
+SIMPLIFY_MAX_SIZE = 30    # operations of an expression handed to sympy.simplify / expand
+SIMPLIFY_MAX_DEGREE = 8   # expansions beyond this degree can take minutes and gigabytes
+_UNBOUNDED_SIMPLIFIERS = (TrigonometricFunction, InverseTrigonometricFunction, HyperbolicFunction)
+
+
+def simplify_is_bounded(expr: sp.Expr) -> bool:
+    """Whether ``sympy.simplify(expr)`` has a bounded cost: a small expression of bounded degree
+    without trigonometric or hyperbolic functions.  (On those, simplify runs trigsimp, which factors
+    polynomials whose Float coefficients became huge rationals: over a minute on 30 operations of an
+    RK4 pendulum step.)"""
+    if tree_size(expr) > SIMPLIFY_MAX_SIZE or not expr.has(sp.Symbol):
+        return False
+    if expr.atoms(*_UNBOUNDED_SIMPLIFIERS):
+        return False
+    return polynomial_degree_bound(expr) <= SIMPLIFY_MAX_DEGREE
+
+
+def polynomial_degree_bound(expr: sp.Expr) -> int:
+    """An upper bound of the degree ``expr`` reaches when fully expanded (function calls count as
+    atoms, but their arguments are bounded too): what ``sympy.simplify``'s expansions cost."""
+    memo: dict = {}
+
+    def degree(e) -> int:
+        if not e.args:
+            return 1 if e.free_symbols else 0
+        if isinstance(e, sp.Pow):
+            base, expo = e.args
+            if expo.is_Integer:
+                return abs(int(expo)) * memo[base]
+            return max(memo[base], memo[expo], 1)  # a symbolic or fractional power: not expanded
+        if isinstance(e, sp.Mul):
+            return sum(memo[a] for a in e.args)
+        if isinstance(e, sp.Add):
+            return max(memo[a] for a in e.args)
+        return max([1] + [memo[a] for a in e.args])
+
+    for node in postorder(expr):
+        memo[node] = degree(node)
+    return memo[expr]
+
+
+def postorder(expr: sp.Basic) -> list:
+    """The distinct sub-expressions of ``expr``, each after its arguments (iterative: deep expressions
+    reach no recursion limit; shared sub-expressions are listed once)."""
+    order, seen, stack = [], set(), [(expr, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        stack.extend((a, False) for a in reversed(node.args) if a not in seen)
+    return order
+
+
 def stabilize(expr: sp.Expr) -> sp.Expr:
     """Rewrite numerically unstable patterns (§6): ``log(1+e^u)`` → softplus, logistic → sigmoid."""
+    if not expr.has(sp.exp):  # every pattern holds an exp (one walk instead of three rewrites)
+        return expr
     def is_log_one_plus_exp(e):
         return isinstance(e, sp.log) and _is_one_plus_exp(e.args[0]) is not None
 
@@ -136,13 +209,13 @@ def stabilize(expr: sp.Expr) -> sp.Expr:
             return False
         exps = [a for a in e.args if isinstance(a, sp.exp)]
         sigs = [a for a in e.args if isinstance(a, Sigmoid)]
-        return any(sp.simplify(x.args[0] + s.args[0]) == 0 for x in exps for s in sigs)
+        return any(_cancels(x.args[0], s.args[0]) for x in exps for s in sigs)
 
     def fold(e):
         args = list(e.args)
         for x in [a for a in args if isinstance(a, sp.exp)]:
             for s in [a for a in args if isinstance(a, Sigmoid)]:
-                if x in args and s in args and sp.simplify(x.args[0] + s.args[0]) == 0:
+                if x in args and s in args and _cancels(x.args[0], s.args[0]):
                     args.remove(x)
                     args.remove(s)
                     args.append(Sigmoid(x.args[0]))
