@@ -389,12 +389,49 @@ def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple
     body = generate_numba_source(program, name, wanted)
     source = "import math\n\nimport numba\nimport numpy as np\n\nNAME = " + repr(name) + "\n\n" + body + _MODULE_FOOTER
     digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
-    path = kernel_cache_dir() / f"coarsen_{digest}.py"
+    directory = kernel_cache_dir()
+    path = directory / f"coarsen_{digest}.py"
     if not path.exists() or path.read_text() != source:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(source)
         os.replace(temporary, path)
+        prune_cache(directory)
+    else:
+        os.utime(path)  # (recently used: kept by the pruning)
     return source, str(path), f"sparsad_coarsen_{digest}"
+
+
+MAX_CACHED_MODULES = 400  # generated coarsening modules (adjoints, primals) kept in the kernel cache
+
+
+def prune_cache(directory, keep: int = MAX_CACHED_MODULES) -> int:
+    """Delete the least recently used generated modules beyond ``keep`` in ``directory``, with
+    Numba's cache files of each; returns how many modules went.  Modules are named by their
+    content, so a deleted one is simply written and compiled again when next needed."""
+    import os
+    from pathlib import Path
+
+    directory = Path(directory)
+    modules = []
+    for entry in os.scandir(directory):
+        if entry.name.startswith("coarsen_") and entry.name.endswith(".py"):
+            try:
+                modules.append((entry.stat().st_mtime, entry.name))
+            except OSError:
+                continue
+    if len(modules) <= keep:
+        return 0
+    modules.sort()
+    stale = [name[:-3] for _, name in modules[:len(modules) - keep]]
+    pycache = directory / "__pycache__"
+    cached = sorted(os.listdir(pycache)) if pycache.is_dir() else []
+    for stem in stale:
+        for target in [directory / f"{stem}.py"] + [pycache / f for f in cached if f.startswith(stem + ".")]:
+            try:
+                os.remove(target)
+            except OSError:
+                pass
+    return len(stale)
 
 
 def load_module(path: str, module_name: str):
