@@ -353,7 +353,7 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
             pass  # (while the Numba adjoint compiles, calls take this path and find it once it is ready)
         elif not plan.needs_record and compiled.verified:
             fast[key] = plan, _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
-                                                [(positions[n], n) for n in nums], one, single)
+                                                [(positions[n], n) for n in nums], one, single, args)
         elif (compiled.verified and isinstance(plan.fast_primal, numba_primal.NumbaPrimal)
               and getattr(compiled.fn, "direct", lambda: None)() is not None):
             fast[key] = plan, _ready_recorded_call(plan, wrt, nums, positions, single, args)
@@ -387,8 +387,9 @@ def _fast_key(args: tuple):
     return tuple(key)
 
 
-def _ready_call(adjoint, tensor_positions, picks, one, single):
-    """Gradient call with every per-signature decision taken: straight to the generated code."""
+def _ready_call(adjoint, tensor_positions, picks, one, single, args):
+    """Gradient call with every per-signature decision taken: straight to the generated code
+    (``args`` is the call it is made for: the signature fixes which tensors are 0-d)."""
     import torch
 
     from sparsad.coarsen.torch_splice import fit_gradient
@@ -396,19 +397,22 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
     direct = getattr(adjoint, "direct", lambda: None)()
     if direct is not None:  # the jitted adjoint: NumPy views in, the wanted gradients out
         wanted = sorted({k for k, _ in picks})
-        order = [(wanted.index(k), n) for k, n in picks]
-        Tensor, finish, value = torch.Tensor, _gradient_finisher(), numba_primal.numba_value
+        order = tuple((wanted.index(k), n, args[n].dim() == 0) for k, n in picks)
+        kinds = tuple((i, args[i].dim() == 0) for i in tensor_positions)
+        Tensor, finish = torch.Tensor, _gradient_finisher()
 
         def call(args):
             values = []
-            for i in tensor_positions:
+            for i, scalar in kinds:
                 a = args[i]
                 if not isinstance(a, Tensor) or not a.is_cpu:
                     return _MISS
-                values.append(value(a, a.dim() == 0))
+                values.append(a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy()))
             grads = direct(*values, 1.0)
-            out = [finish(grads[j], args[n], False) for j, n in order]
-            return out[0] if single else tuple(out)
+            if single:
+                j, n, scalar = order[0]
+                return finish(grads[j], args[n], scalar)
+            return tuple([finish(grads[j], args[n], scalar) for j, n, scalar in order])
 
         return call
 

@@ -105,12 +105,15 @@ ACC_CHAIN = 40  # nested accumulations per chain (Python's parser limits nesting
 
 
 class NumbaPrinter(Printer):
-    def __init__(self, params: set, shapes: dict, views: dict | None = None, scatter_prefix: str = "_scatter_"):
+    def __init__(self, params: set, shapes: dict, views: dict | None = None, scatter_prefix: str = "_scatter_",
+                 vsum_prefix: str = "_vsum_"):
         super().__init__("numba", params)
+        self.vsum_prefix = vsum_prefix              # (starts with "_vsum_": how the module jits them)
         self.shapes = shapes
         self.views = views or {}                    # scatter index -> (key, base shape)
         self.scatter_prefix = scatter_prefix
         self.helpers: list[tuple[str, str]] = []   # (name, source) of fused sums
+        self.fused: dict = {}                       # (element, arguments, length) -> name of its fused sum
         self.indexed: set = set()                   # while printing an element: the array symbols
 
     def scatter(self, e) -> str:
@@ -182,13 +185,17 @@ class NumbaPrinter(Printer):
                 return None
         if not arrays:
             return None
-        name = f"_vsum_{len(self.helpers) // 2}"
+        name = f"{self.vsum_prefix}{len(self.helpers) // 2}"
         args = ", ".join(identifier(sym) for sym in arrays + scalars)
         self.indexed = set(arrays)
         try:
             element = self.p(body)
         finally:
             self.indexed = set()
+        known = self.fused.get((element, args, length))
+        if known is not None:  # the same sum printed again (a loop's forward statements run twice)
+            return f"{known}({args})"
+        self.fused[(element, args, length)] = name
         self.helpers.append((f"{name}_at", f"def {name}_at({args}, i):\n    return {element}\n"))
         checks = "".join(f"    if {identifier(sym)}.shape[0] != {length}:\n        raise ValueError('shape')\n"
                          for sym in arrays)
