@@ -10,6 +10,10 @@ result, never an unchecked one; the compiler never runs inside the user's proces
 for seconds, no warnings filters swapped under the user's feet, a crash of the compiler is a
 failed compilation) and the next process finds the cache.
 
+At most ``SPARSAD_COARSEN_CHILDREN`` children (default: half the CPUs, at least one) compile at
+once; later ones wait in a queue and start as earlier ones finish, so a program (or a test suite)
+that coarsens many functions never starts dozens of compilers side by side.
+
 ``SPARSAD_COARSEN_BACKGROUND=0`` compiles in the calling process instead, at the first call.
 ``wait()`` blocks until every child has finished (benchmarks and tests use it).
 
@@ -56,29 +60,52 @@ getattr(module, function)(*values)
 """
 
 
+def max_running() -> int:
+    """How many children may compile at once (``SPARSAD_COARSEN_CHILDREN``; half the CPUs by default)."""
+    try:
+        return max(1, int(os.environ.get("SPARSAD_COARSEN_CHILDREN", "")))
+    except ValueError:
+        return max(1, (os.cpu_count() or 2) // 2)
+
+
 def background() -> bool:
     """Whether tier 1 compiles in a child process (``SPARSAD_COARSEN_BACKGROUND``, default on)."""
     return os.environ.get("SPARSAD_COARSEN_BACKGROUND", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class Compilation:
-    """One child process compiling ``function`` of the module at ``path`` for ``values``' types."""
+    """One child process compiling ``function`` of the module at ``path`` for ``values``' types;
+    queued until fewer than ``max_running()`` children run (``launch``)."""
 
     def __init__(self, path: str, module_name: str, function: str, values: list):
         self.arguments = f"{path}.{os.getpid()}.{id(self)}.args"
         with open(self.arguments, "wb") as handle:
             pickle.dump(values, handle)
+        self.command = [sys.executable, "-c", _CHILD, path, module_name, function, self.arguments,
+                        str(CHILD_LIMIT_S)]
+        self.process: subprocess.Popen | None = None
+        self.cancelled = False
+
+    def launch(self) -> None:
         env = dict(os.environ, PYTHONWARNINGS="ignore")
-        self.process = subprocess.Popen([sys.executable, "-c", _CHILD, path, module_name, function, self.arguments,
-                                         str(CHILD_LIMIT_S)],
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, env=env)
 
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def done(self) -> bool:
-        return self.process.poll() is not None
+        if self.cancelled:
+            return True
+        if self.process is None:
+            _launch_queued()
+        return self.process is not None and self.process.poll() is not None
+
+    def done_without_launch(self) -> bool:
+        return self.cancelled or (self.process is not None and self.process.poll() is not None)
 
     def succeeded(self) -> bool:
-        return self.done() and self.process.returncode == 0
+        return self.done() and self.process is not None and self.process.returncode == 0
 
     def finish(self) -> None:
         """Forget the arguments file once the child has exited."""
@@ -88,36 +115,55 @@ class Compilation:
             pass
 
     def stop(self) -> None:
-        if not self.done():
+        if self.process is None:
+            self.cancelled = True
+        elif self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         self.finish()
 
 
+def _launch_queued() -> None:
+    """Start queued children, oldest first, while fewer than ``max_running()`` run."""
+    with _lock:
+        _children[:] = [c for c in _children if not c.cancelled and (c.process is None or c.running())]
+        free = max_running() - sum(1 for c in _children if c.running())
+        for child in _children:
+            if free <= 0:
+                break
+            if child.process is None:
+                child.launch()
+                free -= 1
+
+
 def start(path: str, module_name: str, function: str, values: list) -> Compilation:
-    """A child process compiling ``function`` (see ``Compilation``)."""
+    """A child process compiling ``function`` (see ``Compilation``), started now or queued."""
     child = Compilation(path, module_name, function, values)
     with _lock:
-        _children[:] = [c for c in _children if not c.done()]
         _children.append(child)
+    _launch_queued()
     return child
 
 
 def wait(timeout: float | None = None) -> bool:
-    """Block until every child has exited (True) or ``timeout`` seconds passed (False)."""
+    """Block until every child, queued ones included, has exited (True) or ``timeout`` seconds
+    passed (False)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
+        _launch_queued()
         with _lock:
-            running = [c for c in _children if not c.done()]
-        if not running:
+            waiting = [c for c in _children if not c.done_without_launch()]
+        if not waiting:
             return True
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             return False
-        try:
-            running[0].process.wait(timeout=left)
-        except subprocess.TimeoutExpired:
-            pass
+        running = [c for c in waiting if c.process is not None]
+        if running:
+            try:
+                running[0].process.wait(timeout=None if left is None else min(left, 1.0))
+            except subprocess.TimeoutExpired:
+                pass
 
 
 @atexit.register
