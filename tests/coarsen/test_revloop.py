@@ -237,3 +237,25 @@ def f(x):
 """)
     graph = trace(f, (torch.tensor(0.3, dtype=torch.float64),))
     assert "nested traced loop" in revloop.eligible(graph.loops[-1]) or "`if`" in revloop.eligible(graph.loops[-1])
+
+
+def test_an_if_only_inside_a_compiled_loop_needs_no_primal_run(in_process, monkeypatch):
+    """The select replaces the recorded decisions: after the first call, grad runs no primal at all."""
+    source, make = BRANCHING_LOOPS["penalty_on_elements"]
+    f = load_function("import torch\n" + source)
+    fn = coarsen.Coarsened(f)
+    gradient = coarsen.grad(fn, argnums=(0, 1, 2))
+    args = make(DRAWS[0])
+    for _ in range(2):
+        gradient(*args)
+    plan = fn.plan(args)
+    assert plan.needs_record and not plan.elevations[0].params
+
+    def no_primal(*a):
+        raise AssertionError("the primal ran")
+
+    monkeypatch.setattr(plan, "run", no_primal)
+    monkeypatch.setattr(plan, "fast_primal", no_primal)
+    for rng in DRAWS[1:]:
+        args = make(rng)
+        assert worst_error(gradient(*args), torch_reference(f, args, (0, 1, 2))) <= 1e-10

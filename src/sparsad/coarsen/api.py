@@ -330,7 +330,9 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
             raise CoarsenUnsupported(f"argument {n} is not a tensor")
     wrt = tuple(sorted(positions[n] for n in nums))
     tensors = [args[node.index] for node in plan.graph.inputs]
-    record = plan.recorded(args, backend) if plan.needs_record else None
+    first = plan.elevations[0] if plan.elevations else None
+    needed = plan.needs_record and not (first is not None and _record_free(plan, first))
+    record = plan.recorded(args, backend) if needed else None
     elev = plan.elevation(record)
     if len(elev.outputs) != 1 or plan.graph.outputs[0].shape != ():
         raise CoarsenUnsupported("grad needs a function with one scalar output")
@@ -351,7 +353,7 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         key = _fast_key(args)
         if key is None or not getattr(compiled.fn, "settled", lambda: True)():
             pass  # (while the Numba adjoint compiles, calls take this path and find it once it is ready)
-        elif not plan.needs_record and compiled.verified:
+        elif compiled.verified and (not plan.needs_record or _record_free(plan, elev)):
             fast[key] = plan, _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
                                                 [(positions[n], n) for n in nums], one, single, args)
         elif (compiled.verified and isinstance(plan.fast_primal, numba_primal.NumbaPrimal)
@@ -361,6 +363,14 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
     return out[0] if single else out
+
+
+def _record_free(plan: Plan, elev) -> bool:
+    """Whether every call of the plan's signature uses ``elev`` with no run-time parameter, so the
+    record (and the primal that makes it) changes nothing: the first elevation, with no trip-count
+    assumption (elevations are only appended, so it is picked for every record) and no parameter
+    read from the record (e.g. an `if` only inside a loop compiled as a loop, which selects itself)."""
+    return bool(plan.elevations) and elev is plan.elevations[0] and not elev.assumptions and not elev.params
 
 
 _PLAIN = (int, float, bool, str, type(None))
