@@ -226,3 +226,99 @@ def test_parameters_after_plain_tensors_in_grad_and_backward():
     got = sgrad(torch.nn.Parameter(px.clone()), torch.nn.Parameter(py.clone()))
     for g, e in zip(got, torch_reference(apps.spring_energy, (px, py), (0, 1))):
         assert rel_err(g, e) <= TOL
+
+
+# `*_like` constructors (with the keywords users pass) and a helper defined inside the function
+LIKE_AND_INNER = """
+import torch
+
+def f(x, c, steps=40, tol=1e-3):
+    def relax(z):
+        return 0.9 * z + 0.05 * torch.sin(c * z)
+
+    z = torch.ones_like(c, dtype=c.dtype)
+    acc = torch.zeros_like(x, device=x.device)
+    bias = torch.full_like(x, 0.25)
+    for _ in range(steps):
+        nz = relax(z)
+        if torch.abs(nz - z) < tol:
+            break
+        z = nz
+        acc = acc + bias * torch.cos(z)
+    return torch.sum(acc * x) + z
+"""
+
+
+def test_like_constructors_and_inner_helpers_run_under_numba():
+    f = load_function(LIKE_AND_INNER)
+    fn = coarsen.symbolic(f)
+    grad = coarsen.grad(fn, argnums=(0, 1))
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        args = (torch.tensor(rng.uniform(-1, 1, 4)), torch.tensor(rng.uniform(0.5, 3), dtype=torch.float64))
+        for _ in range(FAST_PRIMAL_AFTER + 1):
+            got = grad(*args)
+        for g, e in zip(got, torch_reference(f, args, (0, 1))):
+            assert rel_err(g, e) <= TOL
+    assert isinstance(fn.plan(args).fast_primal, numba_primal.NumbaPrimal), fn.plan(args).fast_primal
+
+
+@pytest.mark.parametrize("keyword", ["dtype=torch.float32", "dtype=torch.int64", "device='meta'"])
+def test_like_constructor_changing_dtype_or_device_is_not_translated(keyword):
+    f = load_function(LIKE_AND_INNER.replace("torch.full_like(x, 0.25)", f"torch.full_like(x, 0.25, {keyword})"))
+    x, c = torch.tensor([0.5, -0.2]), torch.tensor(8.0)
+    plan = coarsen.Coarsened(f).plan((x.double(), c.double()))
+    with pytest.raises(numba_primal.NumbaPrimalUnsupported, match="keyword"):
+        numba_primal.NumbaPrimal(f, plan.sites)
+
+
+def test_background_compilation_never_compiles_in_the_calling_process(monkeypatch):
+    """With the child-process tier on, the first call starts the compilation and returns at once;
+    the compiled primal is loaded from Numba's cache and checked at the first call after it is done."""
+    from sparsad.coarsen import tiers
+
+    monkeypatch.setenv("SPARSAD_COARSEN_BACKGROUND", "1")
+    f = load_function(LIKE_AND_INNER.replace("0.25", "0.375"))  # (a module no other test compiled here)
+    compiled_here = []
+    original = numba_primal.load
+
+    def spy(source, name, path, module_name):
+        compiled_here.append(path is None)
+        return original(source, name, path, module_name)
+
+    monkeypatch.setattr(numba_primal, "load", spy)
+    fn = coarsen.symbolic(f)
+    grad = coarsen.grad(fn, argnums=0)
+    args = (torch.tensor([0.3, 0.9, -0.4], dtype=torch.float64), torch.tensor(1.5, dtype=torch.float64))
+    expected = torch_reference(f, args, (0,))[0]
+    assert rel_err(grad(*args), expected) <= TOL
+    plan = fn.plan(args)
+    assert isinstance(plan.pending_primal, numba_primal.NumbaPrimal) and plan.fast_primal is None
+    assert plan.pending_primal.jitted is None            # compiling in the child, not here
+    assert tiers.wait(timeout=600)
+    assert rel_err(grad(*args), expected) <= TOL
+    assert isinstance(plan.fast_primal, numba_primal.NumbaPrimal), plan.fast_primal
+    assert compiled_here == [False]                      # loaded from the module file the child compiled
+    stats = plan.fast_primal.jitted.stats
+    assert stats.cache_hits and not stats.cache_misses, stats
+
+
+def test_kernel_cache_keeps_the_most_recently_used_modules(tmp_path):
+    import os
+
+    from sparsad.coarsen.numba_backend import prune_cache
+
+    (tmp_path / "__pycache__").mkdir()
+    for k in range(6):
+        (tmp_path / f"coarsen_{k:02d}.py").write_text("x = 1\n")
+        (tmp_path / "__pycache__" / f"coarsen_{k:02d}.f-3.py311.nbi").write_text("")
+        (tmp_path / "__pycache__" / f"coarsen_{k:02d}.f-3.py311.1.nbc").write_text("")
+        os.utime(tmp_path / f"coarsen_{k:02d}.py", (1000 + k, 1000 + k))
+    os.utime(tmp_path / "coarsen_00.py", (5000, 5000))   # used recently
+    (tmp_path / "k_other.py").write_text("")             # not ours to prune
+    assert prune_cache(tmp_path, keep=3) == 3
+    left = sorted(p.name for p in tmp_path.glob("coarsen_*.py"))
+    assert left == ["coarsen_00.py", "coarsen_04.py", "coarsen_05.py"]
+    cached = {p.name.split(".")[0] for p in (tmp_path / "__pycache__").iterdir()}
+    assert cached == {"coarsen_00", "coarsen_04", "coarsen_05"} and (tmp_path / "k_other.py").exists()
+    assert prune_cache(tmp_path, keep=3) == 0

@@ -156,3 +156,106 @@ def test_simplify_is_skipped_where_its_expansions_blow_up():
     assert polynomial_degree_bound(x * c + sp.sin(x) ** 2) <= SIMPLIFY_MAX_DEGREE
     assert polynomial_degree_bound(twice) > SIMPLIFY_MAX_DEGREE
     assert polynomial_degree_bound(sp.sqrt(x ** 2 + c ** 2)) <= SIMPLIFY_MAX_DEGREE
+
+
+# loops without a closed form whose body holds an `if` on a traced value: compiled as loops that
+# select the arm per iteration (scalar and vector state, elements read with the counter, an `if`
+# without `else`, and a `break` beside the `if`)
+BRANCHING_LOOPS = {
+    "bounce": ("""
+def f(h0, e, steps=150):
+    y, v = h0, torch.zeros_like(h0)
+    for _ in range(steps):
+        v = v - 0.1962
+        y = y + 0.02 * v
+        if y < 0:
+            y = -y
+            v = -e * v
+    return y + 0.1 * v
+""", lambda rng: (torch.tensor(rng.uniform(0.5, 2.0), dtype=torch.float64),
+                  torch.tensor(rng.uniform(0.6, 0.9), dtype=torch.float64))),
+    "penalty_on_elements": ("""
+def f(u, x0, limit):
+    x = x0
+    cost = 0.0
+    for t in range(len(u)):
+        x = x + 0.1 * (u[t] - 0.5 * x)
+        cost = cost + 0.5 * u[t] ** 2
+        if x > limit:
+            cost = cost + 10.0 * (x - limit) ** 2
+    return cost
+""", lambda rng: (torch.tensor(rng.uniform(-1.0, 2.0, 90), dtype=torch.float64),
+                  torch.tensor(rng.uniform(0.0, 0.5), dtype=torch.float64),
+                  torch.tensor(rng.uniform(0.3, 0.8), dtype=torch.float64))),
+    "vector_state_branch_and_break": ("""
+def f(x, a):
+    s = x * 1.0
+    for k in range(70):
+        if torch.sum(s) > 0.5:
+            s = 0.9 * s - a * torch.sin(s)
+        else:
+            s = s + a * torch.cos(s) * x
+        if torch.sum(s * s) > 50.0:
+            break
+    return torch.sum(s * x)
+""", lambda rng: (torch.tensor(rng.uniform(-1.0, 1.0, 3), dtype=torch.float64),
+                  torch.tensor(rng.uniform(0.2, 0.6), dtype=torch.float64))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BRANCHING_LOOPS))
+@pytest.mark.parametrize("numba", [False, True])
+def test_loops_with_a_traced_if_become_compiled_loops_that_select(name, numba, in_process):
+    source, make = BRANCHING_LOOPS[name]
+    f = load_function("import torch\n" + source)
+    text = coarsen.explain(f, *make(DRAWS[0]), print_it=False)
+    assert "compiled as a loop" in text and "unrolled" not in text.split("closed forms and loop handling")[1].split(
+        "compiled as a loop")[1], text
+    nums = tuple(range(len(make(DRAWS[0]))))
+    gradient = coarsen.grad(f, argnums=nums, numba=numba)
+    for rng in DRAWS:  # (fallback warnings are errors in this module: no_fallback)
+        args = make(rng)
+        for _ in range(2):  # (the second call: the Numba primal and the ready-made call)
+            got = gradient(*args)
+        assert worst_error(got, torch_reference(f, args, nums)) <= 1e-10, name
+
+
+def test_an_if_inside_a_nested_loop_is_still_refused():
+    from sparsad.coarsen import revloop
+    from sparsad.coarsen.frontend import trace
+
+    f = load_function("""
+import torch
+def f(x):
+    s = x * 1.0
+    for i in range(20):
+        for j in range(3):
+            if s > 1.0:
+                s = s * 0.5
+            s = s + torch.sin(s)
+    return s
+""")
+    graph = trace(f, (torch.tensor(0.3, dtype=torch.float64),))
+    assert "nested traced loop" in revloop.eligible(graph.loops[-1]) or "`if`" in revloop.eligible(graph.loops[-1])
+
+
+def test_an_if_only_inside_a_compiled_loop_needs_no_primal_run(in_process, monkeypatch):
+    """The select replaces the recorded decisions: after the first call, grad runs no primal at all."""
+    source, make = BRANCHING_LOOPS["penalty_on_elements"]
+    f = load_function("import torch\n" + source)
+    fn = coarsen.Coarsened(f)
+    gradient = coarsen.grad(fn, argnums=(0, 1, 2))
+    args = make(DRAWS[0])
+    for _ in range(2):
+        gradient(*args)
+    plan = fn.plan(args)
+    assert plan.needs_record and not plan.elevations[0].params
+
+    def no_primal(*a):
+        raise AssertionError("the primal ran")
+
+    monkeypatch.setattr(plan, "run", no_primal)
+    monkeypatch.setattr(plan, "fast_primal", no_primal)
+    for rng in DRAWS[1:]:
+        args = make(rng)
+        assert worst_error(gradient(*args), torch_reference(f, args, (0, 1, 2))) <= 1e-10

@@ -330,7 +330,9 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
             raise CoarsenUnsupported(f"argument {n} is not a tensor")
     wrt = tuple(sorted(positions[n] for n in nums))
     tensors = [args[node.index] for node in plan.graph.inputs]
-    record = plan.recorded(args, backend) if plan.needs_record else None
+    first = plan.elevations[0] if plan.elevations else None
+    needed = plan.needs_record and not (first is not None and _record_free(plan, first))
+    record = plan.recorded(args, backend) if needed else None
     elev = plan.elevation(record)
     if len(elev.outputs) != 1 or plan.graph.outputs[0].shape != ():
         raise CoarsenUnsupported("grad needs a function with one scalar output")
@@ -351,9 +353,9 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         key = _fast_key(args)
         if key is None or not getattr(compiled.fn, "settled", lambda: True)():
             pass  # (while the Numba adjoint compiles, calls take this path and find it once it is ready)
-        elif not plan.needs_record and compiled.verified:
+        elif compiled.verified and (not plan.needs_record or _record_free(plan, elev)):
             fast[key] = plan, _ready_call(compiled.fn, [node.index for node in plan.graph.inputs],
-                                                [(positions[n], n) for n in nums], one, single)
+                                                [(positions[n], n) for n in nums], one, single, args)
         elif (compiled.verified and isinstance(plan.fast_primal, numba_primal.NumbaPrimal)
               and getattr(compiled.fn, "direct", lambda: None)() is not None):
             fast[key] = plan, _ready_recorded_call(plan, wrt, nums, positions, single, args)
@@ -361,6 +363,14 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
     return out[0] if single else out
+
+
+def _record_free(plan: Plan, elev) -> bool:
+    """Whether every call of the plan's signature uses ``elev`` with no run-time parameter, so the
+    record (and the primal that makes it) changes nothing: the first elevation, with no trip-count
+    assumption (elevations are only appended, so it is picked for every record) and no parameter
+    read from the record (e.g. an `if` only inside a loop compiled as a loop, which selects itself)."""
+    return bool(plan.elevations) and elev is plan.elevations[0] and not elev.assumptions and not elev.params
 
 
 _PLAIN = (int, float, bool, str, type(None))
@@ -387,8 +397,9 @@ def _fast_key(args: tuple):
     return tuple(key)
 
 
-def _ready_call(adjoint, tensor_positions, picks, one, single):
-    """Gradient call with every per-signature decision taken: straight to the generated code."""
+def _ready_call(adjoint, tensor_positions, picks, one, single, args):
+    """Gradient call with every per-signature decision taken: straight to the generated code
+    (``args`` is the call it is made for: the signature fixes which tensors are 0-d)."""
     import torch
 
     from sparsad.coarsen.torch_splice import fit_gradient
@@ -396,19 +407,22 @@ def _ready_call(adjoint, tensor_positions, picks, one, single):
     direct = getattr(adjoint, "direct", lambda: None)()
     if direct is not None:  # the jitted adjoint: NumPy views in, the wanted gradients out
         wanted = sorted({k for k, _ in picks})
-        order = [(wanted.index(k), n) for k, n in picks]
-        Tensor, finish, value = torch.Tensor, _gradient_finisher(), numba_primal.numba_value
+        order = tuple((wanted.index(k), n, args[n].dim() == 0) for k, n in picks)
+        kinds = tuple((i, args[i].dim() == 0) for i in tensor_positions)
+        Tensor, finish = torch.Tensor, _gradient_finisher()
 
         def call(args):
             values = []
-            for i in tensor_positions:
+            for i, scalar in kinds:
                 a = args[i]
                 if not isinstance(a, Tensor) or not a.is_cpu:
                     return _MISS
-                values.append(value(a, a.dim() == 0))
+                values.append(a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy()))
             grads = direct(*values, 1.0)
-            out = [finish(grads[j], args[n], False) for j, n in order]
-            return out[0] if single else tuple(out)
+            if single:
+                j, n, scalar = order[0]
+                return finish(grads[j], args[n], scalar)
+            return tuple([finish(grads[j], args[n], scalar) for j, n, scalar in order])
 
         return call
 

@@ -1356,7 +1356,8 @@ class Tracer:
                 merged[name] = DYNAMIC
             elif _traced(a) or _traced(b):
                 a, b = self.const(a), self.const(b)
-                merged[name] = ssa.Phi(_broadcast(a.shape, b.shape), site, a, b, entry, tuple(self.loop_stack))
+                merged[name] = ssa.Phi(_broadcast(a.shape, b.shape), site, a, b, entry, tuple(self.loop_stack),
+                                       test if isinstance(test, ssa.Node) else None)
             elif a == b:
                 merged[name] = a
             else:

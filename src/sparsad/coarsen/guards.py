@@ -103,6 +103,19 @@ def _array_print(array, *extra) -> tuple:
     return ("array", str(array.dtype), tuple(array.shape), digest) + extra
 
 
+_NOTHING = object()  # (never read from anything)
+
+
+def _frozen(value, depth: int = 0) -> bool:
+    """Whether ``value`` can never change content: scalars, strings, and tuples/frozensets of them."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind in (tuple, frozenset) and depth < MAX_DEPTH and len(value) <= 64:
+        return all(_frozen(v, depth + 1) for v in value)
+    return False
+
+
 class Guards:
     """Values read while tracing: ``(description, reader, fingerprint)``; ``hold()`` re-reads them."""
 
@@ -125,8 +138,8 @@ class Guards:
         self.entries.append((description, reader, token))
         if token[0] == "id":   # modules, classes, builtins: the same object is all that matters
             self._identity.append((reader, value))
-        else:
-            self._content.append((reader, token))
+        else:  # the same object again, when it cannot change, needs no fingerprint (the common case)
+            self._content.append((reader, token, value if _frozen(value) else _NOTHING))
 
     def hold(self) -> bool:
         """Whether every value read still has its fingerprint (called on every call: kept cheap)."""
@@ -134,8 +147,9 @@ class Guards:
             for reader, value in self._identity:
                 if reader() is not value:
                     return False
-            for reader, token in self._content:
-                if fingerprint(reader()) != token:
+            for reader, token, frozen in self._content:
+                value = reader()
+                if value is not frozen and fingerprint(value) != token:
                     return False
         except Exception:  # the name vanished, or the value became unkeyable
             return False

@@ -105,12 +105,15 @@ ACC_CHAIN = 40  # nested accumulations per chain (Python's parser limits nesting
 
 
 class NumbaPrinter(Printer):
-    def __init__(self, params: set, shapes: dict, views: dict | None = None, scatter_prefix: str = "_scatter_"):
+    def __init__(self, params: set, shapes: dict, views: dict | None = None, scatter_prefix: str = "_scatter_",
+                 vsum_prefix: str = "_vsum_"):
         super().__init__("numba", params)
+        self.vsum_prefix = vsum_prefix              # (starts with "_vsum_": how the module jits them)
         self.shapes = shapes
         self.views = views or {}                    # scatter index -> (key, base shape)
         self.scatter_prefix = scatter_prefix
         self.helpers: list[tuple[str, str]] = []   # (name, source) of fused sums
+        self.fused: dict = {}                       # (element, arguments, length) -> name of its fused sum
         self.indexed: set = set()                   # while printing an element: the array symbols
 
     def scatter(self, e) -> str:
@@ -182,13 +185,17 @@ class NumbaPrinter(Printer):
                 return None
         if not arrays:
             return None
-        name = f"_vsum_{len(self.helpers) // 2}"
+        name = f"{self.vsum_prefix}{len(self.helpers) // 2}"
         args = ", ".join(identifier(sym) for sym in arrays + scalars)
         self.indexed = set(arrays)
         try:
             element = self.p(body)
         finally:
             self.indexed = set()
+        known = self.fused.get((element, args, length))
+        if known is not None:  # the same sum printed again (a loop's forward statements run twice)
+            return f"{known}({args})"
+        self.fused[(element, args, length)] = name
         self.helpers.append((f"{name}_at", f"def {name}_at({args}, i):\n    return {element}\n"))
         checks = "".join(f"    if {identifier(sym)}.shape[0] != {length}:\n        raise ValueError('shape')\n"
                          for sym in arrays)
@@ -389,12 +396,49 @@ def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple
     body = generate_numba_source(program, name, wanted)
     source = "import math\n\nimport numba\nimport numpy as np\n\nNAME = " + repr(name) + "\n\n" + body + _MODULE_FOOTER
     digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
-    path = kernel_cache_dir() / f"coarsen_{digest}.py"
+    directory = kernel_cache_dir()
+    path = directory / f"coarsen_{digest}.py"
     if not path.exists() or path.read_text() != source:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(source)
         os.replace(temporary, path)
+        prune_cache(directory)
+    else:
+        os.utime(path)  # (recently used: kept by the pruning)
     return source, str(path), f"sparsad_coarsen_{digest}"
+
+
+MAX_CACHED_MODULES = 400  # generated coarsening modules (adjoints, primals) kept in the kernel cache
+
+
+def prune_cache(directory, keep: int = MAX_CACHED_MODULES) -> int:
+    """Delete the least recently used generated modules beyond ``keep`` in ``directory``, with
+    Numba's cache files of each; returns how many modules went.  Modules are named by their
+    content, so a deleted one is simply written and compiled again when next needed."""
+    import os
+    from pathlib import Path
+
+    directory = Path(directory)
+    modules = []
+    for entry in os.scandir(directory):
+        if entry.name.startswith("coarsen_") and entry.name.endswith(".py"):
+            try:
+                modules.append((entry.stat().st_mtime, entry.name))
+            except OSError:
+                continue
+    if len(modules) <= keep:
+        return 0
+    modules.sort()
+    stale = [name[:-3] for _, name in modules[:len(modules) - keep]]
+    pycache = directory / "__pycache__"
+    cached = sorted(os.listdir(pycache)) if pycache.is_dir() else []
+    for stem in stale:
+        for target in [directory / f"{stem}.py"] + [pycache / f for f in cached if f.startswith(stem + ".")]:
+            try:
+                os.remove(target)
+            except OSError:
+                pass
+    return len(stale)
 
 
 def load_module(path: str, module_name: str):

@@ -43,8 +43,17 @@ _FUNCTIONS = {
     "maximum": "np.maximum", "minimum": "np.minimum", "atan2": "np.arctan2", "arctan2": "np.arctan2",
     "sigmoid": "_sigmoid", "softplus": "_softplus", "relu": "_relu", "square": "_square", "neg": "_neg",
     "sum": "_sum", "mean": "_mean", "dot": "_dot", "where": "_where", "clamp": "_clamp", "clip": "_clamp",
-    "erf": "_erf",
+    "erf": "_erf", "zeros_like": "_zeros_like", "ones_like": "_ones_like", "empty_like": "_zeros_like",
+    "full_like": "_full_like",
 }
+# keyword arguments of the ``*_like`` constructors that change nothing for float64 CPU tensors
+# (the only ones compiled): ``dtype=x.dtype``/``torch.float64``, ``device=x.device``/"cpu"
+_LIKE = {"_zeros_like", "_ones_like", "_full_like"}
+_NEUTRAL = ("dtype", "device", "requires_grad")
+
+
+def _as_list(stmt) -> list:
+    return stmt if isinstance(stmt, list) else [stmt]
 _METHODS = {"sum", "mean", "dot", "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "abs", "sigmoid",
             "square", "relu", "log1p", "expm1", "neg", "sign", "clamp", "clip"}
 _BUILTINS = {"range", "len", "min", "max", "float", "int", "bool"}
@@ -55,134 +64,200 @@ class NumbaPrimalUnsupported(Exception):
 
 
 # ----------------------------------------------------------------------------- helpers
-_HELPERS: dict | None = None
+# Numba helpers of every generated primal, written into its module (which imports only NumPy, math
+# and Numba, so a child process compiles it quickly and Numba caches it beside the file): stubs
+# with ``overload``s that accept floats and arrays alike, and small jitted functions.
+_HELPER_SOURCE = '''
+_OPTS = dict(nogil=True, error_model="numpy")
 
 
-def _helpers() -> dict:
-    """Numba helpers shared by every generated primal (built once, compiled lazily by Numba)."""
-    global _HELPERS
-    if _HELPERS is not None:
-        return _HELPERS
-    import numba
-    from numba import types
-    from numba.extending import overload
+def _sum(a):
+    raise NotImplementedError
 
-    opts = dict(nogil=True, error_model="numpy")
 
-    def _sum(a):
-        raise NotImplementedError
+def _mean(a):
+    raise NotImplementedError
 
-    def _mean(a):
-        raise NotImplementedError
 
-    def _dot(a, b):
-        raise NotImplementedError
+def _dot(a, b):
+    raise NotImplementedError
 
-    def _where(c, a, b):
-        raise NotImplementedError
 
-    def _erf(a):
-        raise NotImplementedError
+def _where(c, a, b):
+    raise NotImplementedError
 
-    @overload(_sum, jit_options=opts)
-    def _sum_impl(a):
-        if isinstance(a, types.Array):
-            return lambda a: np.sum(a)
-        if isinstance(a, (types.Float, types.Integer, types.Boolean)):
-            return lambda a: float(a)
 
-    @overload(_mean, jit_options=opts)
-    def _mean_impl(a):
-        if isinstance(a, types.Array):
-            return lambda a: np.sum(a) / a.size
-        if isinstance(a, (types.Float, types.Integer, types.Boolean)):
-            return lambda a: float(a)
+def _erf(a):
+    raise NotImplementedError
 
-    @overload(_dot, jit_options=opts)
-    def _dot_impl(a, b):
-        return lambda a, b: _sum(a * b)
 
-    @overload(_where, jit_options=opts)
-    def _where_impl(c, a, b):
-        if any(isinstance(t, types.Array) for t in (c, a, b)):
-            return lambda c, a, b: np.where(c, a, b)
-        return lambda c, a, b: (a if c else b) * 1.0
+def _clamp(u, lo, hi):
+    raise NotImplementedError
 
-    @overload(_erf, jit_options=opts)
-    def _erf_impl(a):
-        if isinstance(a, types.Array):
-            def impl(a):
-                out = np.empty(a.shape)
-                flat, src = out.ravel(), a.ravel()
-                for i in range(src.size):
-                    flat[i] = math.erf(src[i])
-                return out
-            return impl
-        return lambda a: math.erf(a)
 
-    def _clamp(u, lo, hi):
-        raise NotImplementedError
+def _len1(a):
+    raise NotImplementedError
 
-    @overload(_clamp, jit_options=opts)
-    def _clamp_impl(u, lo, hi):
-        no_lo = isinstance(lo, (types.NoneType, types.Omitted))
-        no_hi = isinstance(hi, (types.NoneType, types.Omitted))
-        if no_lo and no_hi:
-            return lambda u, lo, hi: u * 1.0
-        if no_lo:
-            return lambda u, lo, hi: np.minimum(u, hi)
-        if no_hi:
-            return lambda u, lo, hi: np.maximum(u, lo)
-        return lambda u, lo, hi: np.minimum(np.maximum(u, lo), hi)
 
-    def _len1(a):
-        raise NotImplementedError
+def _at(a, i):
+    raise NotImplementedError
 
-    def _at(a, i):
-        raise NotImplementedError
 
-    @overload(_len1, jit_options=opts)
-    def _len1_impl(a):
-        if isinstance(a, types.Array):
-            if a.ndim == 1:
-                return lambda a: a.shape[0]
-            return lambda a: -2
-        return lambda a: -1
+def _zeros_like(a):
+    raise NotImplementedError
 
-    @overload(_at, jit_options=opts)
-    def _at_impl(a, i):
-        if isinstance(a, types.Array):
-            if a.ndim == 1:
-                return lambda a, i: a[i]
-            return lambda a, i: a.ravel()[i]
-        return lambda a, i: a
 
-    def _emit(ev, kind, site, value):
-        n = ev[0]
-        if n < ev[1]:
-            ev[2 + 3 * n] = kind
-            ev[3 + 3 * n] = site
-            ev[4 + 3 * n] = value
-        ev[0] = n + 1
+def _ones_like(a):
+    raise NotImplementedError
 
-    emit = numba.njit(**opts)(_emit)
 
-    def _branch(ev, site, test):
-        decision = bool(test)
-        emit(ev, BRANCH, site, 1 if decision else 0)
-        return decision
+def _full_like(a, v):
+    raise NotImplementedError
 
-    plain = {
-        "_sigmoid": lambda u: 1.0 / (1.0 + np.exp(-u)),
-        "_softplus": lambda u: np.maximum(u, 0.0) + np.log1p(np.exp(-np.abs(u))),
-        "_relu": lambda u: np.maximum(u, 0.0),
-        "_square": lambda u: u * u,
-        "_neg": lambda u: -u,
-    }
-    _HELPERS = {"np": np, "math": math, "_sum": _sum, "_mean": _mean, "_dot": _dot, "_where": _where,
-                "_erf": _erf, "_clamp": _clamp, "_len1": _len1, "_at": _at, "_emit": emit, "_branch": numba.njit(**opts)(_branch),
-                **{name: numba.njit(**opts)(f) for name, f in plain.items()}}
-    return _HELPERS
+
+@overload(_sum, jit_options=_OPTS)
+def _sum_impl(a):
+    if isinstance(a, types.Array):
+        return lambda a: np.sum(a)
+    if isinstance(a, (types.Float, types.Integer, types.Boolean)):
+        return lambda a: float(a)
+
+
+@overload(_mean, jit_options=_OPTS)
+def _mean_impl(a):
+    if isinstance(a, types.Array):
+        return lambda a: np.sum(a) / a.size
+    if isinstance(a, (types.Float, types.Integer, types.Boolean)):
+        return lambda a: float(a)
+
+
+@overload(_dot, jit_options=_OPTS)
+def _dot_impl(a, b):
+    return lambda a, b: _sum(a * b)
+
+
+@overload(_where, jit_options=_OPTS)
+def _where_impl(c, a, b):
+    if any(isinstance(t, types.Array) for t in (c, a, b)):
+        return lambda c, a, b: np.where(c, a, b)
+    return lambda c, a, b: (a if c else b) * 1.0
+
+
+@overload(_erf, jit_options=_OPTS)
+def _erf_impl(a):
+    if isinstance(a, types.Array):
+        def impl(a):
+            out = np.empty(a.shape)
+            flat, src = out.ravel(), a.ravel()
+            for i in range(src.size):
+                flat[i] = math.erf(src[i])
+            return out
+        return impl
+    return lambda a: math.erf(a)
+
+
+@overload(_clamp, jit_options=_OPTS)
+def _clamp_impl(u, lo, hi):
+    no_lo = isinstance(lo, (types.NoneType, types.Omitted))
+    no_hi = isinstance(hi, (types.NoneType, types.Omitted))
+    if no_lo and no_hi:
+        return lambda u, lo, hi: u * 1.0
+    if no_lo:
+        return lambda u, lo, hi: np.minimum(u, hi)
+    if no_hi:
+        return lambda u, lo, hi: np.maximum(u, lo)
+    return lambda u, lo, hi: np.minimum(np.maximum(u, lo), hi)
+
+
+@overload(_len1, jit_options=_OPTS)
+def _len1_impl(a):
+    if isinstance(a, types.Array):
+        if a.ndim == 1:
+            return lambda a: a.shape[0]
+        return lambda a: -2
+    return lambda a: -1
+
+
+@overload(_at, jit_options=_OPTS)
+def _at_impl(a, i):
+    if isinstance(a, types.Array):
+        if a.ndim == 1:
+            return lambda a, i: a[i]
+        return lambda a, i: a.ravel()[i]
+    return lambda a, i: a
+
+
+@overload(_zeros_like, jit_options=_OPTS)
+def _zeros_like_impl(a):
+    if isinstance(a, types.Array):
+        return lambda a: np.zeros(a.shape)
+    return lambda a: 0.0
+
+
+@overload(_ones_like, jit_options=_OPTS)
+def _ones_like_impl(a):
+    if isinstance(a, types.Array):
+        return lambda a: np.ones(a.shape)
+    return lambda a: 1.0
+
+
+@overload(_full_like, jit_options=_OPTS)
+def _full_like_impl(a, v):
+    if isinstance(a, types.Array):
+        return lambda a, v: np.full(a.shape, float(v))
+    return lambda a, v: float(v)
+
+
+def _emit(ev, kind, site, value):
+    n = ev[0]
+    if n < ev[1]:
+        ev[2 + 3 * n] = kind
+        ev[3 + 3 * n] = site
+        ev[4 + 3 * n] = value
+    ev[0] = n + 1
+
+
+def _branch(ev, site, test):
+    decision = bool(test)
+    _emit(ev, BRANCH, site, 1 if decision else 0)
+    return decision
+
+
+def _sigmoid(u):
+    return 1.0 / (1.0 + np.exp(-u))
+
+
+def _softplus(u):
+    return np.maximum(u, 0.0) + np.log1p(np.exp(-np.abs(u)))
+
+
+def _relu(u):
+    return np.maximum(u, 0.0)
+
+
+def _square(u):
+    return u * u
+
+
+def _neg(u):
+    return -u
+'''
+_JITTED_HELPERS = ("_emit", "_branch", "_sigmoid", "_softplus", "_relu", "_square", "_neg")
+
+# the module's tail: every plain function jitted (cached beside the file when it is one), the
+# accumulations of fused sums allowed to reassociate, everything else strict IEEE
+_MODULE_FOOTER = """
+
+def _jit_all():
+    space = globals()
+    for key in JITTED:
+        space[key] = numba.njit(cache=CACHE, **_OPTS)(space[key])
+    for key in REASSOC:
+        space[key] = numba.njit(cache=CACHE, fastmath={"reassoc"}, **_OPTS)(space[key])
+
+
+_jit_all()
+"""
 
 
 # ----------------------------------------------------------------------------- source translation
@@ -214,9 +289,15 @@ class _Translate(ast.NodeTransformer):
                 self.globals[name] = cell.cell_contents
         self.modules: dict = {}            # names bound by `import` inside the function
         self.locals = {a.arg for a in fdef.args.args}
+        self.inner: set = set()            # helper functions defined inside the function
         for node in ast.walk(fdef):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 self.locals.add(node.id)
+            elif isinstance(node, ast.arg):
+                self.locals.add(node.arg)
+            elif isinstance(node, ast.FunctionDef) and node is not fdef:
+                self.locals.add(node.name)
+                self.inner.add(node.name)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 self._bind_import(node)
         self.loop_stack: list = []
@@ -307,9 +388,22 @@ class _Translate(ast.NodeTransformer):
         return [_emit_stmt(BRK, self.loop_stack[-1]), node]
 
     def visit_FunctionDef(self, node):
-        raise NumbaPrimalUnsupported("nested function definition")
+        """A helper defined inside the function: compiled with it (Numba inlines inner functions)."""
+        if node.decorator_list or node.args.vararg or node.args.kwarg or node.args.kwonlyargs:
+            raise NumbaPrimalUnsupported(f"line {node.lineno}: inner function {node.name} with decorators "
+                                         "or variable arguments")
+        if any(site_of(sub) in self.sites for sub in ast.walk(node) if isinstance(sub, (ast.If, ast.For, ast.While))):
+            raise NumbaPrimalUnsupported(f"line {node.lineno}: a recorded loop or `if` inside {node.name}()")
+        outer_stack, self.loop_stack = self.loop_stack, []
+        try:
+            node.body = [new for stmt in node.body for new in _as_list(self.visit(stmt))]
+            node.args.defaults = [self.visit(d) for d in node.args.defaults]
+        finally:
+            self.loop_stack = outer_stack
+        return node
 
-    visit_Lambda = visit_FunctionDef
+    def visit_Lambda(self, node):
+        raise NumbaPrimalUnsupported(f"line {node.lineno}: lambda")
 
     # -------------------------------------------------------------- expressions
     def visit_Attribute(self, node):
@@ -331,7 +425,12 @@ class _Translate(ast.NodeTransformer):
         func = node.func
         ok, target = self._resolvable(func)
         args = [self.visit(a) for a in node.args]
-        keywords = [ast.keyword(k.arg, self.visit(k.value)) for k in node.keywords]
+        # (dtype=/device= stay as written: ``_neutral_keyword`` judges them, they are not compiled)
+        keywords = [ast.keyword(k.arg, k.value if k.arg in _NEUTRAL else self.visit(k.value)) for k in node.keywords]
+        if isinstance(func, ast.Name) and func.id in self.inner:
+            if any(k.arg in _NEUTRAL for k in keywords):
+                raise NumbaPrimalUnsupported(f"line {node.lineno}: keyword {func.id}(...)")
+            return ast.copy_location(ast.Call(func=func, args=args, keywords=keywords), node)
         if ok:
             if target in (getattr(builtins, b) for b in _BUILTINS):
                 name = func.id if isinstance(func, ast.Name) else None
@@ -357,11 +456,30 @@ class _Translate(ast.NodeTransformer):
             args = args + [ast.Constant(None)] * (3 - len(args))
             for k in keywords:
                 args[1 if k.arg == "min" else 2] = k.value
+        elif target in _LIKE:
+            if any(not self._neutral_keyword(k) for k in keywords):
+                raise NumbaPrimalUnsupported(f"line {node.lineno}: keyword arguments of {canonical}")
         elif keywords:
             raise NumbaPrimalUnsupported(f"line {node.lineno}: keyword arguments of {canonical}")
         if target in ("_sum", "_mean") and len(args) == 1 and _elementwise(args[0]):
             return self._fused(target, args[0])
         return ast.Call(func=_name_expr(target), args=args, keywords=[])
+
+    def _neutral_keyword(self, keyword: ast.keyword) -> bool:
+        """A ``dtype=``/``device=`` keyword that keeps float64 on the CPU (``x.dtype``, ``torch.float64``,
+        ``x.device``, ``"cpu"``); the float64 CPU tensors of an eligible call have no other."""
+        value = keyword.value
+        if keyword.arg in ("dtype", "device") and isinstance(value, ast.Attribute) and value.attr == keyword.arg:
+            ok, _ = self._resolvable(value)
+            return not ok  # (``x.dtype`` of a local tensor; a resolvable one is checked below)
+        ok, resolved = self._resolvable(value) if not isinstance(value, ast.Constant) else (True, value.value)
+        if not ok:
+            return False
+        if keyword.arg == "dtype":
+            return resolved in (float, np.float64) or str(resolved) == "torch.float64"
+        if keyword.arg == "device":
+            return str(resolved) == "cpu"
+        return keyword.arg == "requires_grad" and resolved is False
 
     def _fused(self, target: str, expr: ast.expr) -> ast.expr:
         """``sum(elementwise expression)`` as one loop over the operands, no temporaries.
@@ -439,11 +557,15 @@ def _elementwise(e: ast.expr) -> bool:
     return isinstance(e, (ast.BinOp, ast.UnaryOp)) or (isinstance(e, ast.Call) and _is_elementwise_call(e))
 
 
-def translate(fn: Callable, sites: list) -> tuple[str, Callable]:
-    """(source, plain Python function) of the Numba primal; the event array is its first argument."""
+def translate(fn: Callable, sites: list) -> tuple[str, str]:
+    """(source of the Numba primal's module, name of the primal in it); the event array is the
+    primal's first argument.  The module imports only NumPy, math and Numba; ``CACHE`` switches
+    Numba's on-disk cache (on when it is loaded from a file)."""
     fdef, _ = function_ast(fn)
     fdef = copy.deepcopy(fdef)
     for stmt in fdef.body[:-1]:
+        if isinstance(stmt, ast.FunctionDef):
+            continue  # (an inner helper's own returns)
         for sub in ast.walk(stmt):
             if isinstance(sub, ast.Return):
                 raise NumbaPrimalUnsupported("return before the end of the function")
@@ -457,19 +579,64 @@ def translate(fn: Callable, sites: list) -> tuple[str, Callable]:
                          vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
     new_def = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None, type_params=[])
     module = ast.fix_missing_locations(ast.Module(body=[new_def], type_ignores=[]))
-    source = "".join(text + "\n" for _, text in translator.helpers) + ast.unparse(module) + "\n"
-    namespace = dict(_helpers())
-    for gname, value in translator.globals.items():
-        if isinstance(value, (bool, int, float)) and gname not in namespace:
-            namespace[gname] = value
-    exec(compile(source, f"<sparsad.coarsen.numba_primal:{fdef.name}>", "exec"), namespace)
+    code = "".join(text + "\n" for _, text in translator.helpers) + ast.unparse(module) + "\n"
+    # numbers read from globals and closures become the module's constants (Numba freezes them;
+    # the plan's guards rebuild the plan when one changes)
+    used = {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name)}
+    constants = []
+    for gname in sorted(used - _RESERVED):
+        value = translator.globals.get(gname)
+        if type(value) is bool or type(value) is int:
+            constants.append(f"{gname} = {value!r}")
+        elif type(value) is float:
+            constants.append(f"{gname} = float.fromhex({value.hex()!r})")
+    strict = list(_JITTED_HELPERS) + [h for h, _ in translator.helpers if h.endswith(("_at", "_all"))] + [name]
+    reassoc = [h for h, _ in translator.helpers if not h.endswith(("_at", "_all"))]
+    source = ("import math\n\nimport numba\nimport numpy as np\nfrom numba import types\n"
+              "from numba.extending import overload\n\nCACHE = True\n"
+              f"BRANCH = {BRANCH}\nJITTED = {tuple(strict)!r}\nREASSOC = {tuple(reassoc)!r}\n"
+              + "\n".join(constants) + "\n" + _HELPER_SOURCE + "\n\n" + code + _MODULE_FOOTER)
+    return source, name
+
+
+_RESERVED = {"np", "math", "numba", "types", "overload", "CACHE", "BRANCH", "JITTED", "REASSOC", "_OPTS"} | {
+    node.name for node in ast.parse(_HELPER_SOURCE).body if isinstance(node, ast.FunctionDef)}
+
+
+def write_module(source: str) -> tuple[str, str]:
+    """(path, module name) of ``source`` written in the kernel cache directory, named by its content
+    (Numba's cache of it lands beside it).  Raises when there is no private cache directory."""
+    import hashlib
+    import os
+    import sys
+
     import numba
 
-    for helper, _ in translator.helpers:
-        reassoc = not helper.endswith(("_at", "_all"))
-        namespace[helper] = numba.njit(nogil=True, error_model="numpy",
-                                       fastmath={"reassoc"} if reassoc else False)(namespace[helper])
-    return source, namespace[name]
+    from sparsad.coarsen.numba_backend import prune_cache
+    from sparsad.codegen.numba_backend import kernel_cache_dir
+
+    digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
+    directory = kernel_cache_dir()
+    path = directory / f"coarsen_{digest}.py"
+    if not path.exists() or path.read_text() != source:
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(source)
+        os.replace(temporary, path)
+        prune_cache(directory)
+    else:
+        os.utime(path)  # (recently used: kept by the pruning)
+    return str(path), f"sparsad_coarsen_{digest}"
+
+
+def load(source: str, name: str, path: str | None, module_name: str | None) -> Callable:
+    """The jitted primal: from its module file (Numba's cache on), else from the source in memory."""
+    if path is not None:
+        from sparsad.coarsen.numba_backend import load_module
+        return getattr(load_module(path, module_name), name)
+    namespace: dict = {"__name__": "sparsad_coarsen_primal"}
+    exec(compile(source.replace("\nCACHE = True\n", "\nCACHE = False\n", 1),
+                 f"<sparsad.coarsen.numba_primal:{name}>", "exec"), namespace)
+    return namespace[name]
 
 
 # ----------------------------------------------------------------------------- running it
@@ -490,22 +657,57 @@ _Tensor = None  # torch.Tensor, set when the first NumbaPrimal is built
 
 
 class NumbaPrimal:
-    """A function's recording primal compiled with Numba (one per plan, i.e. per call signature)."""
+    """A function's recording primal compiled with Numba (one per plan, i.e. per call signature).
 
-    def __init__(self, fn: Callable, sites: list):
+    ``NumbaPrimal(fn, sites)`` translates and compiles in this process (at the first call).
+    ``NumbaPrimal(fn, sites, background=args)`` starts a child process compiling it for ``args``'
+    types (``tiers``); ``ready()`` says when it is done and loads it from Numba's cache.
+    """
+
+    def __init__(self, fn: Callable, sites: list, background: tuple | None = None):
         global _Tensor
-        import numba
         import torch
 
         _Tensor = torch.Tensor
 
         self.sites = list(sites)
-        self.source, python = translate(fn, self.sites)
-        self.jitted = numba.njit(nogil=True, error_model="numpy")(python)
+        self.source, self.name = translate(fn, self.sites)
         names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
         self.n_params = len(names)
         self.defaults = tuple(fn.__defaults__ or ())
         self.calls = 0
+        self.child = None
+        self.jitted = None
+        try:
+            self.path, self.module_name = write_module(self.source)
+        except Exception:  # no private cache directory: compiled in memory, here
+            self.path = self.module_name = None
+        if background is not None and self.path is not None:
+            from sparsad.coarsen import tiers
+            ev = np.zeros(2 + 3 * CAPACITY, dtype=np.int64)
+            ev[1] = CAPACITY
+            values = [np.array(v, copy=True) if isinstance(v, np.ndarray) else v for v in self.values(background)]
+            self.child = tiers.start(self.path, self.module_name, self.name, [ev, *values])
+        else:
+            self.jitted = load(self.source, self.name, self.path, self.module_name)
+
+    def ready(self) -> bool | None:
+        """None while the child compiles; then True once the compiled primal is loaded, False if it failed."""
+        if self.jitted is not None:
+            return True
+        if self.child is None:
+            return False
+        if not self.child.done():
+            return None
+        self.child.finish()
+        ok = self.child.succeeded()
+        self.child = None
+        if ok:
+            try:
+                self.jitted = load(self.source, self.name, self.path, self.module_name)
+            except Exception:
+                return False
+        return self.jitted is not None
 
     def full_args(self, args: tuple) -> tuple:
         missing = self.n_params - len(args)
@@ -515,10 +717,13 @@ class NumbaPrimal:
             args = tuple(args) + self.defaults[len(self.defaults) - missing:]
         return args
 
+    def values(self, args: tuple) -> list:
+        return [numba_value(a, a.dim() == 0) if isinstance(a, _Tensor) else a
+                for a in (args if len(args) == self.n_params else self.full_args(args))]
+
     def __call__(self, args: tuple):
         """(outputs as Numba returned them, Record), or None when the event log overflowed."""
-        values = [numba_value(a, a.dim() == 0) if isinstance(a, _Tensor) else a
-                  for a in (args if len(args) == self.n_params else self.full_args(args))]
+        values = self.values(args)
         ev = np.empty(2 + 3 * CAPACITY, dtype=np.int64)
         ev[0], ev[1] = 0, CAPACITY
         out = self.jitted(ev, *values)

@@ -23,7 +23,7 @@ from sparsad.coarsen.record import Record, instrument
 
 
 MAX_UNROLLED_VARIANTS = 8  # distinct recorded trip counts of unrolled loops before giving up
-FAST_PRIMAL_AFTER = 2      # `grad` compiles the recording primal with Numba at this call of a signature
+FAST_PRIMAL_AFTER = 2      # without background compilation, the Numba primal is compiled at this call
 
 
 class CoarsenFallbackWarning(UserWarning):
@@ -51,6 +51,7 @@ class Plan:
     sites: list = field(default_factory=list)   # the recorded sites (loops, then traced ifs)
     primal_calls: int = 0
     fast_primal: object = None  # NumbaPrimal once compiled and checked; a str saying why not; None: not yet
+    pending_primal: object = None  # NumbaPrimal being compiled (by a child process), not checked yet
 
     def current(self) -> bool:
         """Whether every global, closure value and attribute the trace read still has its content."""
@@ -66,9 +67,11 @@ class Plan:
     def recorded(self, args: tuple, backend: str) -> Record:
         """The record of one run of the primal on ``args`` (its outputs are not needed).
 
-        On CPU float64 torch tensors, from the ``FAST_PRIMAL_AFTER``-th call of the signature on,
-        the primal runs as a Numba function (``numba_primal``), checked once against the eager
-        recording primal; otherwise the eager recording primal runs under ``no_grad``.
+        On CPU float64 torch tensors the primal is compiled with Numba (``numba_primal``): by a
+        child process started at the first call (``tiers``; meanwhile the eager recording primal
+        runs under ``no_grad``), or in this process at the ``FAST_PRIMAL_AFTER``-th call when
+        compiling in the background is switched off.  Either way it is checked once against the
+        eager recording primal before any call uses it.
         """
         if backend != "torch":
             return self.run(*args)[1]
@@ -76,7 +79,7 @@ class Plan:
 
         self.primal_calls += 1
         fast = self.fast_primal
-        if fast is None and self.use_numba and self.primal_calls >= FAST_PRIMAL_AFTER:
+        if fast is None and self.use_numba:
             fast, record = self._tier_up(args)
             self.fast_primal = fast
             if record is not None:
@@ -90,22 +93,38 @@ class Plan:
             return self.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])[1]
 
     def _tier_up(self, args: tuple):
-        """(NumbaPrimal, eager record) when the Numba primal agrees with the eager one, else (reason, None)."""
+        """(NumbaPrimal, eager record) when the Numba primal is ready and agrees with the eager one on
+        ``args``; (reason, None) when it cannot be; (None, None) while it is not ready yet."""
         import numpy as np
         import torch
 
-        from sparsad.coarsen import numba_primal
+        from sparsad.coarsen import numba_primal, tiers
 
-        reason = numba_primal.eligible(args)
-        if reason is not None:
-            return reason, None
+        fast = self.pending_primal
+        if fast is None:
+            background = tiers.background()
+            if not background and self.primal_calls < FAST_PRIMAL_AFTER:
+                return None, None
+            reason = numba_primal.eligible(args)
+            if reason is not None:
+                return reason, None
+            try:
+                fast = numba_primal.NumbaPrimal(self.fn, self.sites, background=args if background else None)
+            except ImportError as why:
+                return f"Numba is not available ({why})", None
+            except Exception as why:  # translation failed: keep the eager primal
+                return _not_compiled(why), None
+            self.pending_primal = fast
+        ready = fast.ready()
+        if ready is None:
+            return None, None          # (the child is still compiling)
+        self.pending_primal = None
+        if not ready:
+            return "not compiled with Numba: the compilation failed", None
         try:
-            fast = numba_primal.NumbaPrimal(self.fn, self.sites)
             result = fast(args)
-        except ImportError as why:
-            return f"Numba is not available ({why})", None
-        except Exception as why:  # translation or Numba typing failed: keep the eager primal
-            return f"not compiled with Numba: {type(why).__name__}: {str(why).splitlines()[0] if str(why) else ''}", None
+        except Exception as why:  # Numba typing failed: keep the eager primal
+            return _not_compiled(why), None
         with torch.no_grad():
             outputs, record = self.run(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
         if result is None:
@@ -276,6 +295,11 @@ def _close(got, expected) -> bool:
     if single:
         return bool(np.allclose(got, expected, rtol=0.0, atol=1e-3 * scale, equal_nan=True))
     return bool(np.allclose(got, expected, rtol=1e-9, atol=1e-12 * scale, equal_nan=True))
+
+
+def _not_compiled(why: Exception) -> str:
+    text = str(why).splitlines()[0] if str(why) else ""
+    return f"not compiled with Numba: {type(why).__name__}: {text}"
 
 
 def param_values(elev: Elevation, record: Record | None) -> list:

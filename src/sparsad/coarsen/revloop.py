@@ -14,8 +14,9 @@ The trip count is an argument (a recorded parameter for ``while`` loops and loop
 ``break``), so one compiled adjoint serves every trip count and compile time does not depend on it.
 A ``break`` adds the partial iteration it ends: ``_loop_bfw_K`` (the state at the break, from the
 same forward statements) and ``_loop_brk_K`` (its adjoint), run when the recorded "broke" flag is
-set.  Eligible: a top-level loop whose body holds no traced ``if`` and no nested traced loop,
-reading elements ``x[±i + c]`` of 1-d loop-invariant vectors.
+set.  A traced ``if`` in the body becomes a select on its predicate, evaluated in each iteration
+(both the forward and the reverse loop take the arm the state gives).  Eligible: a top-level loop
+whose body holds no nested traced loop, reading elements ``x[±i + c]`` of 1-d loop-invariant vectors.
 """
 from __future__ import annotations
 
@@ -38,12 +39,8 @@ def printer_for(body: LoopBody, backend: str, shapes: dict, program=None):
     def scatter(self, e):
         return f"{prefix}{int(e.args[1])}({self.p(e.args[0])})"
 
-    if backend == "numba":
-        class BodyPrinter(NumbaPrinter):
-            def fused_sum(self, body_expr, length):
-                return None
-
-        return BodyPrinter(set(), shapes, program.views, prefix)
+    if backend == "numba":  # (sums of elementwise terms fused into loops: helpers named per loop and program)
+        return NumbaPrinter(set(), shapes, program.views, prefix, vsum_prefix=f"_vsum_{prefix[len('_scatter_'):]}")
 
     class TorchBodyPrinter(Printer):
         def p(self, e):
@@ -98,7 +95,9 @@ def eligible(loop: ssa.Loop) -> str | None:
             continue
         seen.add(id(node))
         if isinstance(node, ssa.Phi) and loop.site in node.scope:
-            return f"it holds an `if` on a traced value (line {node.site[0]})"
+            if node.test is None or node.scope[-1] != loop.site:
+                return f"it holds an `if` on a traced value (line {node.site[0]})"
+            stack.append(node.test)  # (selected per iteration: its predicate is part of the body)
         if isinstance(node, ssa.Loop):
             return f"it holds a nested traced loop (line {node.site[0]})"
         if isinstance(node, ssa.Index) and node.site == loop.site and len(node.base.shape) != 1:
@@ -175,6 +174,20 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
                 self.shapes[sym] = ()
                 self.element_list.append((sym, base, node.stride, node.offset))
                 return sym
+            if isinstance(node, ssa.Phi) and node.test is not None and node.scope[-1:] == (loop.site,):
+                # an `if` in the body: both arms and the predicate, selected per iteration (the
+                # derivative is the taken arm's; the predicate's own is zero almost everywhere)
+                then, orelse = self.ev(node.then, ctx), self.ev(node.orelse, ctx)
+                if then == orelse:
+                    return then
+                test = self.ev(node.test, ctx)
+                if test is sp.true or test is True:
+                    return then
+                if test is sp.false or test is False:
+                    return orelse
+                if not isinstance(test, sp.logic.boolalg.Boolean):
+                    test = sp.Ne(test, 0)
+                return sp.Piecewise((then, test), (orelse, True))
             if isinstance(node, (ssa.Phi, ssa.Loop, ssa.LoopOut)):
                 raise NotReversible(f"{type(node).__name__} inside the loop body")
             return super()._ev(node, ctx)
@@ -218,13 +231,18 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
 # ------------------------------------------------------------------------------------- code
 def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, dict]:
     """Source of ``_loop_fwd_K`` and ``_loop_rev_K`` (and, for a loop with a ``break``, of the partial
-    iteration ``_loop_bfw_K`` and its adjoint ``_loop_brk_K``), with the scatter helpers they use."""
+    iteration ``_loop_bfw_K`` and its adjoint ``_loop_brk_K``), with the fused sums they call, and the
+    scatter helpers they use."""
     from sparsad.coarsen.adjoint import _ViewRef
     from sparsad.coarsen.codegen import _key_text, identifier
+    from sparsad.coarsen.symbolic import shape_of
 
     k = body.ident
     program = body.adjoint
-    fwd_printer = rev_printer = printer_factory(body, backend, program.shapes)
+    shapes = dict(program.shapes)  # (and the shared subexpressions' below)
+    fresh: set = set()
+    fwd_printer = rev_printer = printer_factory(body, backend, shapes)
+    printers = [fwd_printer]
     names_c = [identifier(s) for s in body.carried]
     names_inv = [identifier(s) for s in body.invariants]
     n_c, n_inv = len(body.carried), len(body.invariants)
@@ -240,17 +258,19 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
             return f"({value} + np.zeros({tuple(shape)!r}))" if shape != () else f"({value} + 0.0)"
         return f"_fit({value}, {tuple(shape)!r})"
 
-    def fit_expr(expr, printer, shape) -> str:
+    def fit_expr(expr, printer, shape, known=None) -> str:
         """``fit`` of a printed expression, skipped where arithmetic already gives a fresh array of
-        the carried shape (an allocation and a pass less per iteration)."""
-        if (backend == "numba" and shape != () and not isinstance(expr, sp.Symbol)
+        the carried shape (an allocation and a pass less per iteration; never a bare input)."""
+        if known is not None:
+            return fit(printer(expr), shape) if isinstance(expr, sp.Symbol) or tuple(
+                shape_of(expr, known)) != tuple(shape) or backend != "numba" or shape == () else printer(expr)
+        if (backend == "numba" and shape != () and (not isinstance(expr, sp.Symbol) or expr in fresh)
                 and tuple(printer_shape(expr)) == tuple(shape)):
             return printer(expr)
         return fit(printer(expr), shape)
 
     def printer_shape(expr):
-        from sparsad.coarsen.symbolic import shape_of
-        return shape_of(expr, program.shapes)
+        return shape_of(expr, shapes)
 
     # carried values no statement reads (temporaries assigned in the body) need no history
     read: set = set()
@@ -292,9 +312,9 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
         lines = [f"{indent}{identifier(seed)} = cb{j}" for j, seed in enumerate(prog.seeds)]
         lines += statements(prog.statements, printer, indent)
         results = prog.results
-        new_cb = [fit(printer(results[j]) if results[j] is not None else "0.0", body.carried_shapes[j])
-                  for j in range(n_c)]
-        inv = [(m, printer(results[n_c + m])) for m in range(n_inv)
+        new_cb = [fit_expr(results[j], printer, body.carried_shapes[j], prog.shapes) if results[j] is not None
+                  else fit("0.0", body.carried_shapes[j]) for j in range(n_c)]
+        inv = [(m, printer(results[n_c + m]), tuple(shape_of(results[n_c + m], prog.shapes))) for m in range(n_inv)
                if results[n_c + m] is not None and results[n_c + m] != 0]
         elems = []
         for e, (sym, base, stride, offset) in enumerate(body.elements):
@@ -303,6 +323,13 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
                 elems.append((body.invariants.index(base), f"{stride} * i_int + {offset}", printer(r)))
         return lines, new_cb, inv, elems
 
+    def accumulate(m, text, shape) -> str:
+        """``ib_m += text`` in place where the term has the invariant's own (array) shape, so no new
+        array is made per iteration; otherwise (a broadcast term, scalars, torch) a new value."""
+        if backend == "numba" and shape != () and shape == tuple(body.invariant_shapes[m]):
+            return f"        ib{m} += {text}"
+        return f"        ib{m} = ib{m} + {text}"
+
     def add_element(m, position, text, indent) -> str:
         if backend == "numba":
             return f"{indent}ib{m}[{position}] += {text}"
@@ -310,11 +337,20 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
 
     inits = [f"init{j}" for j in range(n_c)]
     args = ", ".join(inits + names_inv + ["n", "broke"])
-    news = [fit_expr(u, fwd_printer, body.carried_shapes[j]) for j, u in enumerate(body.updates)]
+    # the next state's expressions share subexpressions (``y + a sin(y)`` in both ``y`` and ``acc``):
+    # each is computed once per iteration (same operations, so the same rounding)
+    shared, updates = sp.cse(list(body.updates), symbols=sp.numbered_symbols(f"cse__L{k}_", real=True))
+    update_lines = []
+    fresh.update(sym for sym, _ in shared)  # (arrays computed in the iteration: no copy needed)
+    for sym, expr in shared:
+        shapes[sym] = tuple(shape_of(expr, shapes))
+        update_lines.append(f"{identifier(sym)} = {fwd_printer(expr)}")
+    news = [fit_expr(u, fwd_printer, body.carried_shapes[j]) for j, u in enumerate(updates)]
     helpers = []
     if body.before_break is not None:
         # the partial iteration at a `break` (counter start + n) and its adjoint, as functions of their own
         brk_printer = printer_factory(body, backend, body.break_adjoint.shapes, body.break_adjoint)
+        printers.append(brk_printer)
         state_args = ", ".join(names_c + names_inv + ["n"])
         bfw = [f"def _loop_bfw_{k}({state_args}):", "    t = int(n)"] + step_prelude("    ")
         bfw += statements(body.forward, brk_printer, "    ")
@@ -322,14 +358,14 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
         lines, new_cb, inv, elems = adjoint_lines(body.break_adjoint, brk_printer, "    ")
         brk = [f"def _loop_brk_{k}({', '.join(f'cb{j}' for j in range(n_c))}, {state_args}):", "    t = int(n)"]
         brk += step_prelude("    ") + lines
-        outs = new_cb + [text for _, text in inv] + [text for _, _, text in elems]
+        outs = new_cb + [text for _, text, _ in inv] + [text for _, _, text in elems]
         brk.append(f"    return ({tup(outs)})")
         helpers = bfw + [""] + brk + [""]
         break_fwd = [f"    if broke > 0.5:", f"        {tup(names_c)} = _loop_bfw_{k}({state_args})"]
         break_rev = [f"    if broke > 0.5:", f"        r = _loop_brk_{k}({', '.join(f'cb{j}' for j in range(n_c))}, {state_args})",
                      f"        t = int(n)", f"        i_int = {body.start} + t"]
         break_rev += [f"        cb{j} = r[{j}]" for j in range(n_c)]
-        break_rev += [f"        ib{m} = ib{m} + r[{n_c + q}]" for q, (m, _) in enumerate(inv)]
+        break_rev += [f"        ib{m} = ib{m} + r[{n_c + q}]" for q, (m, _, _) in enumerate(inv)]
         break_rev += [add_element(m, position, f"r[{n_c + len(inv) + q}]", "        ")
                       for q, (m, position, _) in enumerate(elems)]
     else:
@@ -341,6 +377,7 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
     fwd.append("    for t in range(int(n)):")
     fwd += step_prelude("        ")
     fwd += statements(body.forward, fwd_printer, "        ")
+    fwd += ["        " + line for line in update_lines]
     fwd.append(f"        {tup(names_c)} = {tup(news)}")
     fwd += break_fwd
     fwd.append(f"    return ({tup(names_c)})")
@@ -369,6 +406,7 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
             rev.append(f"        _store(hist{j}, t, {names_c[j]})")
     rev += step_prelude("        ")
     rev += statements(body.forward, fwd_printer, "        ")
+    rev += ["        " + line for line in update_lines]
     rev.append(f"        {tup(names_c)} = {tup(news)}")
     for j in range(n_c):
         rev.append(f"    cb{j} = {fit(seeds[j], body.carried_shapes[j])}")
@@ -385,11 +423,12 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
     rev += step_prelude("        ")
     lines, new_cb, inv, elems = adjoint_lines(program, rev_printer, "        ")
     rev += lines
-    rev += [f"        ib{m} = ib{m} + {text}" for m, text in inv]
+    rev += [accumulate(m, text, shape) for m, text, shape in inv]
     rev += [add_element(m, position, text, "        ") for m, position, text in elems]
     rev.append(f"        {tup([f'cb{j}' for j in range(n_c)])} = {tup(new_cb)}")
     outs = [f"cb{j}" if body.init_shapes[j] == body.carried_shapes[j] else f"_total(cb{j})"
             for j in range(n_c)] + [f"ib{m}" for m in range(n_inv)]
     rev.append(f"    return ({tup(outs)})")
-    text = "\n".join(helpers + fwd) + "\n\n" + "\n".join(rev) + "\n"
+    fused = [source for printer in dict.fromkeys(printers) for _, source in getattr(printer, "helpers", [])]
+    text = "\n".join(fused + helpers + fwd) + "\n\n" + "\n".join(rev) + "\n"
     return text, body.views()

@@ -85,6 +85,7 @@ class Phi(Node):
     orelse: Node
     entry: int = 0
     scope: tuple = ()   # sites of the traced loops around the `if`, innermost last
+    test: Node | None = None   # the traced predicate (a loop compiled as a loop selects with it per iteration)
 
 
 @dataclass(frozen=True, eq=False)
