@@ -195,8 +195,22 @@ class JaxProgram:
         if key not in self._derived:
             # an identically zero derivative (the empty dictionary) is no program to run
             expr = derivative_expr(self.program, kind, name, spec.types, self._seed)
+            if expr is not None and self._types_as_zero(expr, kind, name, spec):
+                expr = None  # e.g. a jvp of a vjp program in an input it reads only linearly
             self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr))
         return self._derived[key]
+
+    def _types_as_zero(self, expr, kind: str, name: str, spec: _Spec) -> bool:
+        """Whether the derivative program `expr` has the type of `{}` (the zero dictionary):
+        its value is zero whatever the inputs, and there is no kernel to compile for it."""
+        from sparsad.lang.typecheck import infer
+        from sparsad.lang.types import Zero
+
+        try:
+            seed_type = spec.types[name] if kind == "jvp" else infer(self.program.expr, spec.types)
+            return isinstance(infer(expr, {**spec.types, self._seed: seed_type}), Zero)
+        except Exception:  # noqa: BLE001 - not provably zero: the program runs
+            return False
 
     def _apply_derived(self, kind: str, k: int, spec: _Spec, leaves, seed) -> Any:
         """The jvp program w.r.t. leaf k applied to tangent `seed`, or the vjp program w.r.t.
