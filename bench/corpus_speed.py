@@ -72,7 +72,10 @@ def measure(name: str, wrt: str, kind: str, prepared: dict) -> dict:
     except Budget as error:
         row.update(status="timeout", note=str(error))
     except Exception as error:  # recorded: the run goes on
-        row.update(status="error", note=f"{type(error).__name__}: {error}"[:200])
+        if isinstance(error.__cause__, Budget):  # the cap's alarm fired inside a Numba call
+            row.update(status="timeout", note=str(error.__cause__))
+        else:
+            row.update(status="error", note=f"{type(error).__name__}: {error}"[:200])
     return row
 
 
