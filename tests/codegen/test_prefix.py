@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sparsad
-from sparsad.codegen.ir import Accumulate, Container, Fill, For, ForItems, IfThen, Load, Num, Op, Ref
+from sparsad.codegen.ir import Accumulate, Container, Fill, For, ForItems, IfThen, Load, Num, Ref
 from sparsad.codegen.prefix import prefix_workspaces
 
 H = [Container("h", "workspace", None, "real"), Container("g", "workspace", None, "real")]
