@@ -72,7 +72,10 @@ def measure(name: str, wrt: str, kind: str, prepared: dict) -> dict:
     except Budget as error:
         row.update(status="timeout", note=str(error))
     except Exception as error:  # recorded: the run goes on
-        row.update(status="error", note=f"{type(error).__name__}: {error}"[:200])
+        if isinstance(error.__cause__, Budget):  # the cap's alarm fired inside a Numba call
+            row.update(status="timeout", note=str(error.__cause__))
+        else:
+            row.update(status="error", note=f"{type(error).__name__}: {error}"[:200])
     return row
 
 
@@ -87,8 +90,10 @@ def main(only: list[str] | None = None, kinds: tuple = KINDS, suite: str = SUITE
     from threadpoolctl import threadpool_limits
 
     prepared: dict = {}
-    with threadpool_limits(limits=1):  # BLAS in the closed forms single-threaded too (on a loaded
-        rows = [measure(e.name, wrt, kind, prepared)  # machine 2 threads cost 5-10x the CPU time)
+    # BLAS in the closed forms single-threaded too: on a loaded machine its 2 threads spin and
+    # cost 5-10x the CPU time of one
+    with threadpool_limits(limits=1):
+        rows = [measure(e.name, wrt, kind, prepared)
                 for e, wrt, kind in cases([ENTRIES[n] for n in only] if only else None, kinds)]
     print_table(rows, ("program", "wrt", "kind", "status", "out_type", "sparsad_cpu_s", "closed_cpu_s", "ratio", "note"))
     path = write_csv(suite, rows)

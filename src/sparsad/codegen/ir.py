@@ -66,9 +66,11 @@ class Length(IRExpr):
 
 @dataclass(frozen=True)
 class LocalGet(IRExpr):
-    """The value at key in a local container (zero when absent)."""
+    """The value at key in a local container (zero when absent). `proven`: the key lies in the
+    hull of the keys the container is written at (then inside a workspace: no guard)."""
     container: str
     key: IRExpr
+    proven: bool = False
 
 
 @dataclass(frozen=True)

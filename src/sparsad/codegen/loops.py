@@ -154,6 +154,17 @@ def _unsupported(what: str, expr: Expr) -> UnsupportedError:
                             f"run the program with the interpreter (sparsad.lang.interpret.evaluate)")
 
 
+def _within(iv: B.IV | None, hull: B.IV | None) -> bool:
+    """Whether every value of iv is one of hull's (structurally: iv is hull or one of the
+    intervals joined into it). A workspace's size covers its hull, and the hull is checked
+    to start at 0 or above before the kernel runs, so a read at such a key needs no guard."""
+    if iv is None or hull is None:
+        return False
+    if iv == hull:
+        return True
+    return isinstance(hull, B.IJoin) and (_within(iv, hull.left) or _within(iv, hull.right))
+
+
 def _leaf_of(t: Type) -> str:
     while isinstance(t, Dict):
         t = t.value
@@ -329,7 +340,8 @@ class _Lowerer:
                 self.check(key_iv, array)
                 return pre, Load(array, key), value_iv
             case _Local(name=container):
-                return pre, LocalGet(container, key), None
+                proven = _within(key_iv, self.container_ivs.get(container))
+                return pre, LocalGet(container, key, proven), None
             case _RangeSrc(start=s, end=en):
                 key = self.bind_local_value(pre, key, "k")
                 inside = Op("and", Op("<=", s, key), Op("<", key, en))

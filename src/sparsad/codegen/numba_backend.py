@@ -31,7 +31,7 @@ import numpy as np
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
 from sparsad.codegen.ir import sized_containers
-from sparsad.codegen.prefix import prefix_workspaces
+from sparsad.codegen.prefix import index_names, prefix_workspaces
 from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fill, Fn,
                                    For, ForItems, HasKey, IfThen, IRExpr, Length, Load, LocalGet,
                                    LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary, lower)
@@ -90,8 +90,10 @@ class _Emitter:
                 return f"{a}.shape[0]"
             case LocalGet(container=c, key=k) if self._grid_row(c):
                 return f"rt.load2({self._grid_row(c)}_val, {c}, {self.expr(k)})"
-            case LocalGet(container=c, key=k):
+            case LocalGet(container=c, key=k, proven=proven):
                 container = self.containers[c]
+                if container.kind == "workspace" and proven:
+                    return f"{c}_val[{O.unsigned(self.expr(k))}]"
                 if container.kind == "workspace":
                     return f"rt.load({c}_val, {self.expr(k)})"
                 zero = "0" if container.leaf == "int" else "0.0"
@@ -122,6 +124,31 @@ class _Emitter:
             return None
         return container.parent if self.containers[container.parent].kind == "grid" else None
 
+    def reduction(self, loop: For) -> str | None:
+        """The leaf ("real"/"int") when `loop` only sums into one key that does not change in it
+        (assignments, then one write into the dense output or a workspace whose key set does
+        not depend on the write: plain or prefix). Adding the sum once after the loop writes
+        the same keys (a prefix counts its keys before the loop; a zero sum adds nothing)."""
+        if self.plan.row_var == loop.var or not loop.body or self.prefixes.updates.get(loop.var):
+            return None
+        *assigns, write = loop.body
+        if not isinstance(write, Accumulate) or not all(isinstance(a, Assign) for a in assigns):
+            return None
+        if write.target == OUTPUT:
+            if self.plan.kind != "dense" or any(iv is None for iv in write.key_ivs):
+                return None
+            leaf = self.program.leaf
+        elif len(write.keys) == 1 and (write.target in self.plain or write.target in self.prefixes.names):
+            leaf = self.containers[write.target].leaf
+        else:
+            return None
+        varying = {loop.var} | {a.name for a in assigns}
+        for key in write.keys:
+            names = index_names(key)
+            if names is None or names & varying:
+                return None
+        return leaf
+
     def count_updates(self, loop_var: str, indent: int) -> None:
         """Before a loop that writes a prefix workspace at its every key: extend the count."""
         for update in self.prefixes.updates.get(loop_var, ()):
@@ -148,6 +175,16 @@ class _Emitter:
                 self.put(indent, f"{n} = {self.expr(v)}")
             case AddTo(name=n, value=v):
                 self.put(indent, f"{n} += {self.expr(v)}")
+            case For(var=var, start=st, end=en, body=body) if self.reduction(s) is not None:
+                # a sum into one fixed key: in a register, added once after the loop
+                write = body[-1]
+                total = f"_sum_{var}"
+                self.put(indent, f"{total} = {'0' if self.reduction(s) == 'int' else '0.0'}")
+                self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")
+                for assign in body[:-1]:
+                    self.stmt(assign, indent + 1)
+                self.put(indent + 1, f"{total} += {self.expr(write.value)}")
+                self.stmt(Accumulate(write.target, write.keys, Ref(total), write.key_ivs), indent)
             case For(var=var, start=st, end=en, body=body):
                 self.count_updates(var, indent)
                 self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")

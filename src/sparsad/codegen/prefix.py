@@ -35,7 +35,7 @@ class CountUpdate:
     inner: tuple[tuple[IRExpr, IRExpr], ...]  # (start, end) of the range loops between
 
 
-def _refs(e: IRExpr) -> set[str] | None:
+def index_names(e: IRExpr) -> set[str] | None:
     """The names an index expression reads, or None when it reads a local container."""
     match e:
         case Num() | Length():
@@ -43,12 +43,12 @@ def _refs(e: IRExpr) -> set[str] | None:
         case Ref(name=n):
             return {n}
         case Op(left=l, right=r):
-            left, right = _refs(l), _refs(r)
+            left, right = index_names(l), index_names(r)
             return None if left is None or right is None else left | right
         case Unary(operand=o):
-            return _refs(o)
+            return index_names(o)
         case Load(index=i):
-            return _refs(i)
+            return index_names(i)
         case Fn(args=args):
             return _union(args)
         case Choose(cond=c, then=t, orelse=o):
@@ -59,7 +59,7 @@ def _refs(e: IRExpr) -> set[str] | None:
 def _union(parts) -> set[str] | None:
     names: set[str] = set()
     for part in parts:
-        inner = _refs(part)
+        inner = index_names(part)
         if inner is None:
             return None
         names |= inner
@@ -132,7 +132,7 @@ def _covering(write: Accumulate, path: tuple[Stmt, ...], prefix: set[str]) -> tu
         return None
     loop, between = path[depth], path[depth + 1:]
     if isinstance(loop, For):
-        if loop.start != Num(0) or _refs(loop.end) is None:
+        if loop.start != Num(0) or index_names(loop.end) is None:
             return None
         end = loop.end
     elif loop.container in prefix and loop.container != write.target:
@@ -146,7 +146,7 @@ def _covering(write: Accumulate, path: tuple[Stmt, ...], prefix: set[str]) -> tu
     for stmt in between:
         if not isinstance(stmt, For):
             return None
-        reads = [_refs(stmt.start), _refs(stmt.end)]
+        reads = [index_names(stmt.start), index_names(stmt.end)]
         if any(r is None or r & varying for r in reads):
             return None
         inner.append((stmt.start, stmt.end))
@@ -186,4 +186,4 @@ def prefix_workspaces(body, containers, exclude=frozenset()) -> Prefixes:
     return Prefixes(frozenset(prefix), {var: tuple(u) for var, u in updates.items()})
 
 
-__all__ = ["CountUpdate", "Prefixes", "prefix_workspaces"]
+__all__ = ["CountUpdate", "Prefixes", "prefix_workspaces", "index_names"]
