@@ -228,4 +228,4 @@ def f(xs, w):
             got = coarsen.grad(fn, (0, 1))(xs, w)
         expected = jax.grad(fn, (0, 1))(xs, w)
     for g, e in zip(got, expected):
-        assert rel_err(torch.as_tensor(np.asarray(g)), torch.as_tensor(np.asarray(e))) < 1e-12
+        assert rel_err(torch.as_tensor(np.array(g)), torch.as_tensor(np.array(e))) < 1e-12
