@@ -622,6 +622,8 @@ def compare_corpus(before_csv: str, after_csv: str, timeout: float = 60.0) -> li
         rows.append({"function": name, "status_before": b["status"], "status_after": a["status"],
                      "first_call_before_s": number(b, "first_call_s", timeout),
                      "first_call_after_s": number(a, "first_call_s", timeout),
+                     "first_call_cpu_before_s": number(b, "first_call_cpu_s"),
+                     "first_call_cpu_after_s": number(a, "first_call_cpu_s"),
                      "second_call_after_s": number(a, "second_call_s"),
                      "compiled_ready_after_s": number(a, "compiled_ready_s"),
                      "vs_torch_before": number(b, "speedup_vs_torch"), "vs_torch_after": number(a, "speedup_vs_torch"),
@@ -634,6 +636,10 @@ def compare_corpus(before_csv: str, after_csv: str, timeout: float = 60.0) -> li
         done = [r for r in rows if r[f"status_{when}"] == "coarsened"]
         jax = [r[f"vs_jax_{when}"] for r in done if r[f"vs_jax_{when}"] is not None]
         torch_ = [r[f"vs_torch_{when}"] for r in done if r[f"vs_torch_{when}"] is not None]
+        cpus = [r[f"first_call_cpu_{when}_s"] for r in rows if r[f"first_call_cpu_{when}_s"] is not None]
+        if cpus:
+            print(f"{when}: first call CPU time median {statistics.median(cpus):.2f} s, max {max(cpus):.2f} s "
+                  f"(timeouts not counted)")
         print(f"{when}: coarsened {len(done)}/{len(rows)}; first call median {statistics.median(firsts):.2f} s, "
               f"max {max(firsts):.2f} s (timeouts as {timeout:.0f} s); coarsened: vs torch autograd median "
               f"{statistics.median(torch_) if torch_ else float('nan'):.1f}x, min {min(torch_, default=float('nan')):.2f}x; "

@@ -41,9 +41,8 @@ class WrongGradient(AssertionError):
 # function -> (what its test raises today, why).  Delete a line when the issue is fixed.
 KNOWN_ISSUES: dict[str, tuple[type[BaseException], str]] = {
     # (gru_scalar and newton_cube_root ran past the time limit: SymPy's simplify expanded powers for minutes;
-    # it is now skipped above a degree bound, and Numba compiles in a child process)
-    "rk4_pendulum": (CorpusTimeout, "sympy.simplify of a 30-operation adjoint segment holding sin/cos runs "
-                                    "trigsimp for a minute or more (first-call target of issue 13: at most 10 s)"),
+    # it is now skipped above a degree bound, and Numba compiles in a child process.  rk4_pendulum's
+    # simplify ran trigsimp for minutes: simplify now skips trigonometric expressions.)
 }
 
 # Measured with this file's settings (small trip counts, two draws): 21 of 92 before the coarsening work of

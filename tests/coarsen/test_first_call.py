@@ -206,3 +206,26 @@ def test_budget_stages_nest_and_reset():
         with budget.symbolic_stage("elevation", seconds=0.0):
             budget.check()
     budget.check()
+
+
+def test_row_loops_on_jax_arrays_stay_unrolled_while_tracing_when_short():
+    jax = pytest.importorskip("jax")
+    fn = load_function("""
+import jax.numpy as jnp
+
+def f(xs, w):
+    h = 0.0
+    for i, x in enumerate(xs):
+        h = jnp.tanh(w * h + x * (i + 1) * 0.1)
+    return h * h
+""")
+    with jax.enable_x64(True):
+        xs = jax.numpy.asarray(np.random.default_rng(5).standard_normal(30))
+        w = jax.numpy.asarray(0.7)
+        assert not build_plan(fn, (xs, w), 30, True).graph.loops  # (JAX has no compiled loops)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CoarsenFallbackWarning)
+            got = coarsen.grad(fn, (0, 1))(xs, w)
+        expected = jax.grad(fn, (0, 1))(xs, w)
+    for g, e in zip(got, expected):
+        assert rel_err(torch.as_tensor(np.array(g)), torch.as_tensor(np.array(e))) < 1e-12

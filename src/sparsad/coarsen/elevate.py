@@ -78,18 +78,33 @@ class _Ctx:
         self.analysis = mode == "analysis" or (parent is not None and parent.analysis)
 
 
+def _unevaluated(cls):
+    """``cls(a, b)`` evaluated only between numbers: SymPy otherwise decides comparisons and
+    ``Max``/``Min`` from assumptions, which cost seconds per call on a binomial tree's sums."""
+    def make(a, b):
+        if getattr(a, "is_number", False) and getattr(b, "is_number", False):
+            return cls(a, b)
+        if cls in (sp.Max, sp.Min) and a == b:
+            return a
+        return cls(a, b, evaluate=False)
+
+    return make
+
+
 _UNARY = {"exp": sp.exp, "log": sp.log, "sin": sp.sin, "cos": sp.cos, "tan": sp.tan, "tanh": sp.tanh,
           "sqrt": sp.sqrt, "abs": sp.Abs, "sigmoid": Sigmoid, "softplus": Softplus, "sinh": sp.sinh,
           "cosh": sp.cosh, "asin": sp.asin, "acos": sp.acos, "atan": sp.atan, "erf": sp.erf, "sign": sp.sign,
-          "relu": lambda x: sp.Max(0, x), "log1p": lambda x: sp.log(1 + x), "expm1": lambda x: sp.exp(x) - 1,
+          "relu": lambda x: _unevaluated(sp.Max)(sp.Integer(0), x), "log1p": lambda x: sp.log(1 + x), "expm1": lambda x: sp.exp(x) - 1,
           "square": lambda x: x ** 2, "neg": lambda x: -x, "lgamma": sp.loggamma,
           "digamma": lambda x: sp.polygamma(0, x), "log2": lambda x: sp.log(x) / sp.log(2), "log10": lambda x: sp.log(x) / sp.log(10),
           "exp2": lambda x: sp.exp(x * sp.log(2)), "rsqrt": lambda x: 1 / sp.sqrt(x), "reciprocal": lambda x: 1 / x,
           "asinh": sp.asinh, "acosh": sp.acosh, "atanh": sp.atanh}
 _BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-           "div": lambda a, b: a / b, "pow": lambda a, b: a ** b, "maximum": sp.Max, "minimum": sp.Min,
-           "atan2": sp.atan2, "gt": sp.StrictGreaterThan, "ge": sp.GreaterThan, "lt": sp.StrictLessThan,
-           "le": sp.LessThan, "eq": sp.Eq, "ne": sp.Ne}
+           "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
+           "maximum": _unevaluated(sp.Max), "minimum": _unevaluated(sp.Min), "atan2": sp.atan2,
+           "gt": _unevaluated(sp.StrictGreaterThan), "ge": _unevaluated(sp.GreaterThan),
+           "lt": _unevaluated(sp.StrictLessThan), "le": _unevaluated(sp.LessThan), "eq": _unevaluated(sp.Eq),
+           "ne": _unevaluated(sp.Ne)}
 
 
 DEEP_EVALUATION = 100  # nesting of ``ev`` from which operands are evaluated first, iteratively

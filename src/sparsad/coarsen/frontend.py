@@ -185,6 +185,7 @@ class Tracer:
         self.frame_locals: list[frozenset] = [frozenset()]  # local names of each inlined body
         self.next_frame = 1
         self.notes: list[str] = []              # decisions worth explaining (see ``explain``)
+        self.compiled_loops = True             # whether loops without closed form can become compiled loops
         self.short_loops: dict = {}             # site -> whether the traced `for` may be unrolled while tracing
         self.own_lists: dict[int, tuple] = {}   # id -> (list, traced-loop depth at its creation): lists made here
         self.narrow: dict[int, str] = {}         # id -> dtype of constant tensors made with another dtype
@@ -1469,8 +1470,10 @@ class Tracer:
         (then it is unrolled while tracing, if short)."""
         if rows.length == 0:
             return env
-        if not rows.has_tensor or rows.matrix_rows and rows.length <= STATIC_UNROLL:
-            return None  # (rows of a matrix: compiled loops index only vectors by the counter)
+        if not rows.has_tensor:
+            return None
+        if (rows.matrix_rows or not self.compiled_loops) and rows.length <= STATIC_UNROLL:
+            return None  # compiled loops index only vectors by the counter, and exist for torch only
         site = site_of(node)
         counter = ssa.LoopIndex((), site, 0)
         extra: dict = {}
@@ -2000,6 +2003,7 @@ def trace(fn: Callable, args: tuple) -> ssa.Graph:
     first = tensors[0] if tensors else None
     torch_first = first is not None and type(first).__module__.startswith("torch")
     tracer = Tracer(fn, getattr(first, "dtype", None), first.device if torch_first else None)
+    tracer.compiled_loops = first is None or torch_first  # (loops compiled as loops: torch and Numba only)
     guard_defaults(tracer.guards, fn, fn.__code__.co_firstlineno)
     env: dict[str, Any] = {}
     inputs = []

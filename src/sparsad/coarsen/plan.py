@@ -50,6 +50,7 @@ class Plan:
     use_numba: bool = True
     sites: list = field(default_factory=list)   # the recorded sites (loops, then traced ifs)
     primal_calls: int = 0
+    symbolic_cpu: list = field(default_factory=lambda: [0.0])  # CPU seconds spent on symbolic work (budget.py)
     fast_primal: object = None  # NumbaPrimal once compiled and checked; a str saying why not; None: not yet
     pending_primal: object = None  # NumbaPrimal being compiled (by a child process), not checked yet
 
@@ -152,7 +153,7 @@ class Plan:
             raise CoarsenUnsupported(
                 f"a loop without closed form changes its trip count from call to call "
                 f"({MAX_UNROLLED_VARIANTS} unrolled variants compiled already)")
-        with symbolic_stage("elevation"):
+        with symbolic_stage("elevation", account=self.symbolic_cpu):
             elev = elevate(self.graph, record, self.max_segment, self.closed_forms)
         self.elevations.append(elev)
         return elev
@@ -160,7 +161,7 @@ class Plan:
     def adjoint(self, elev: Elevation, wrt: tuple[int, ...], backend: str, like) -> Compiled:
         key = (id(elev), wrt, backend, str(getattr(like, "dtype", "")), str(getattr(like, "device", "")))
         if key not in self.compiled:
-            with symbolic_stage("differentiation"):
+            with symbolic_stage("differentiation", account=self.symbolic_cpu):
                 program = differentiate(elev, list(wrt))
                 name = f"adjoint_{self.graph.name}"
                 source = generate_source(program, name, backend)
@@ -344,10 +345,11 @@ def _is_numpy_scalar(a) -> bool:
 
 
 def build_plan(fn: Callable, args: tuple, max_segment: int, closed_forms: bool) -> Plan:
-    with symbolic_stage("trace"):
+    spent = [0.0]  # CPU seconds of symbolic work on this plan (trace, elevations, adjoints): budget.py
+    with symbolic_stage("trace", account=spent):
         graph = trace(fn, args)
     sites = [loop.site for loop in graph.loops] + list(graph.branch_sites)
-    return Plan(fn, graph, instrument(fn, sites), max_segment, closed_forms, sites=sites)
+    return Plan(fn, graph, instrument(fn, sites), max_segment, closed_forms, sites=sites, symbolic_cpu=spent)
 
 
 def fallback_warning(fn: Callable, why: Exception | str) -> None:
