@@ -458,7 +458,14 @@ def _row_expr(rng, row: str, m: int, depth: int = 0) -> str:
 
 def _row_body(rng, key: str, row: str, n: int, m: int) -> str:
     """A real from a row and its key; most do not vanish when the row is empty."""
-    kind = int(rng.integers(9))
+    kind = int(rng.integers(12))
+    if kind == 9:  # a let-bound number that may be {} (a sum of a failed test) becomes an entry
+        return (f"let t = sum(<k, b> in {row}) if {_key_test(rng, 'k', m)} then b in "
+                f"sum(<q, w> in {{ 0 -> t }}) 1.0")
+    if kind == 10:  # an entry whose number is an else-less if
+        return f"sum(<k, b> in {row}) sum(<q, w> in {{ k -> if {_key_test(rng, 'k', m)} then b }}) 1.0"
+    if kind == 11:
+        return f"sum(<k, b> in {row} * 2.0) exp(b)"
     if kind == 0:
         return "1.0"
     if kind == 1:
@@ -480,7 +487,9 @@ def _row_body(rng, key: str, row: str, n: int, m: int) -> str:
 
 def _rows_of(rng, n: int, m: int) -> tuple[str, str]:
     """(lets, source): a dictionary of rows {i -> {j -> real}}, from A directly or computed."""
-    kind = int(rng.integers(6))
+    kind = int(rng.integers(7))
+    if kind == 6:
+        return "", f"sum(<i0, r0> in A) {{ unique(i0) -> {_row_expr(rng, 'r0', m)} * 2.0 }}"
     if kind == 0:
         return "", "A"
     if kind == 1:
@@ -540,6 +549,8 @@ def case_emptiness(rng) -> tuple[str, str]:
     n, m = int(rng.integers(1, 6)), int(rng.integers(1, 6))
     if rng.random() < 0.5:
         n = m = max(n, m)  # square: the column-as-row programs index x by row keys too
+    if rng.random() < 0.05:
+        m = 0  # rows of no columns
     text = random_emptiness_program(rng, n, m)
     k = max(n, m)
     inputs = dict(A=_sparse_with_empty_rows(rng, n, m), B=_sparse_with_empty_rows(rng, n, m),
