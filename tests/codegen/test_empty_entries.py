@@ -103,3 +103,23 @@ def test_a_read_guarded_by_a_range_is_checked_on_the_guarded_keys(lo, width, shi
     expected = sum(V[j] * x[j - shift] for j in range(8) if lo <= j - shift < hi)
     interpreted, compiled = _both(text, x=x, V=V, lo=lo, hi=hi, c=shift)
     assert interpreted == pytest.approx(expected) and compiled == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csf", "dense", "ddc", "dcd"])
+def test_empty_slices_and_fibers_of_a_stored_tensor_are_no_entries(layout):
+    """Dense levels above compressed ones store empty fibers; neither path counts them."""
+    from sparsad.formats import as_format
+    from sparsad.formats.format import Format
+    from sparsad.formats.levels import Compressed, Dense
+
+    formats = {"ddc": Format((Dense("len0"), Dense("len1"), Compressed(pos="pos", crd="idx")), name="ddc"),
+               "dcd": Format((Dense("len0"), Compressed(pos="pos", crd="idx"), Dense("len2")), name="dcd")}
+    T = np.zeros((3, 2, 4))
+    T[0, 0, [1, 3]] = [1.0, -2.0]
+    T[2, 1, 0] = 0.5  # slice 1 is empty, fiber (0, 1) is empty
+    stored = as_format(T, formats.get(layout, layout))
+    dense = layout == "dense"  # a dense tensor stores every entry, zeros included
+    slices = "sum(<i, s> in T) 1.0"
+    fibers = "sum(<i, s> in T) sum(<j, f> in s) 1.0"
+    assert _both(slices, T=stored) == ((3.0, 3.0) if dense else (2.0, 2.0))
+    assert _both(fibers, T=stored) == ((6.0, 6.0) if dense else (2.0, 2.0))

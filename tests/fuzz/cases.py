@@ -458,7 +458,14 @@ def _row_expr(rng, row: str, m: int, depth: int = 0) -> str:
 
 def _row_body(rng, key: str, row: str, n: int, m: int) -> str:
     """A real from a row and its key; most do not vanish when the row is empty."""
-    kind = int(rng.integers(9))
+    kind = int(rng.integers(12))
+    if kind == 9:  # a let-bound number that may be {} (a sum of a failed test) becomes an entry
+        return (f"let t = sum(<k, b> in {row}) if {_key_test(rng, 'k', m)} then b in "
+                f"sum(<q, w> in {{ 0 -> t }}) 1.0")
+    if kind == 10:  # an entry whose number is an else-less if
+        return f"sum(<k, b> in {row}) sum(<q, w> in {{ k -> if {_key_test(rng, 'k', m)} then b }}) 1.0"
+    if kind == 11:
+        return f"sum(<k, b> in {row} * 2.0) exp(b)"
     if kind == 0:
         return "1.0"
     if kind == 1:
@@ -480,7 +487,9 @@ def _row_body(rng, key: str, row: str, n: int, m: int) -> str:
 
 def _rows_of(rng, n: int, m: int) -> tuple[str, str]:
     """(lets, source): a dictionary of rows {i -> {j -> real}}, from A directly or computed."""
-    kind = int(rng.integers(6))
+    kind = int(rng.integers(7))
+    if kind == 6:
+        return "", f"sum(<i0, r0> in A) {{ unique(i0) -> {_row_expr(rng, 'r0', m)} * 2.0 }}"
     if kind == 0:
         return "", "A"
     if kind == 1:
@@ -525,7 +534,11 @@ def _sparse_with_empty_rows(rng, n: int, m: int):
     rows, cols = np.nonzero(stored | zeros)
     values = np.where(zeros[rows, cols] & ~stored[rows, cols], 0.0, dense[rows, cols])
     matrix = sp.coo_array((values, (rows, cols)), shape=(n, m))
-    kind = int(rng.integers(5))
+    kind = int(rng.integers(6))
+    if kind == 5:  # sparsad's own storage formats
+        from sparsad.formats import as_format
+
+        return as_format(matrix.tocsr(), str(rng.choice(["dcsr", "dcsc", "coo", "dense_col_major"])))
     if kind == 0:
         return dense
     if kind == 1:
@@ -535,11 +548,58 @@ def _sparse_with_empty_rows(rng, n: int, m: int):
     return matrix.tocsr()
 
 
+def _tensor_with_empty_fibers(rng, shape: tuple[int, int, int]):
+    """A 3-d tensor with empty slices and fibers and explicit zeros, in a format that has dense
+    levels above compressed ones (empty fibers are stored) or one that has not."""
+    from sparsad.formats import as_format
+    from sparsad.formats.format import Format
+    from sparsad.formats.levels import Compressed, Dense
+
+    dense = np.where(rng.random(shape) < 0.3, rng.uniform(-1, 1, shape), 0.0)
+    dense[rng.random(shape[0]) < 0.3] = 0.0
+    dense[:, rng.random(shape[1]) < 0.3] = 0.0
+    stored = as_format(dense, str(rng.choice(["coo", "csf"])))
+    layouts = {"dense": "dense", "ddc": Format((Dense("len0"), Dense("len1"), Compressed(pos="pos", crd="idx")),
+                                               name="ddc"),
+               "dcd": Format((Dense("len0"), Compressed(pos="pos", crd="idx"), Dense("len2")), name="dcd")}
+    choice = str(rng.choice(["coo", "csf", "dense", "ddc", "dcd"]))
+    return as_format(stored, layouts.get(choice, choice))
+
+
+def random_tensor_program(rng, shape) -> str:
+    """Sums over the slices and fibers of T whose bodies count, test keys or add constants."""
+    c = int(rng.integers(0, 4))
+
+    def fiber_of(name: str) -> str:
+        return str(rng.choice([name, f"(sum(<k0, v0> in {name}) if k0 < {c} then {{ k0 -> v0 }})", f"{name}(1:3)"]))
+
+    def inner(key: str, fiber: str) -> str:
+        return str(rng.choice(["1.0", f"sum(<k, v> in {fiber}) 1.0", f"exp(sum(<k, v> in {fiber}) v)",
+                               f"if {key} < {c} then 2.0", f"sum(<k, v> in {fiber}) v * 2.0"]))
+
+    kind = int(rng.integers(4))
+    if kind == 0:
+        slice_body = f"sum(<j, f> in s) {inner('j', fiber_of('f'))}"
+    elif kind == 1:
+        slice_body = "1.0"
+    elif kind == 2:  # a computed slice of filtered fibers, whose keys are then counted
+        slice_body = f"sum(<q, g> in (sum(<j, f> in s) {{ j -> {fiber_of('f')} }})) {inner('q', fiber_of('g'))}"
+    else:  # a vector per slice, summed with a constant per key
+        return f"sum(<i, s> in T) sum(<q, w> in (sum(<j, f> in s) {{ j -> {inner('j', fiber_of('f'))} }})) w + 1.0"
+    return str(rng.choice([f"sum(<i, s> in T) {slice_body}", f"sum(<i, s> in T) {{ i -> {slice_body} }}"]))
+
+
 def case_emptiness(rng) -> tuple[str, str]:
     """Interpreter vs compiled code on programs whose sums do not vanish on empty rows."""
+    if rng.random() < 0.2:  # 3-d tensors: empty slices and fibers
+        shape = tuple(int(d) for d in rng.integers(1, 5, 3))
+        text = random_tensor_program(rng, shape)
+        return _agree(text, {"T": _tensor_with_empty_fibers(rng, shape)})
     n, m = int(rng.integers(1, 6)), int(rng.integers(1, 6))
     if rng.random() < 0.5:
         n = m = max(n, m)  # square: the column-as-row programs index x by row keys too
+    if rng.random() < 0.05:
+        m = 0  # rows of no columns
     text = random_emptiness_program(rng, n, m)
     k = max(n, m)
     inputs = dict(A=_sparse_with_empty_rows(rng, n, m), B=_sparse_with_empty_rows(rng, n, m),
@@ -547,7 +607,10 @@ def case_emptiness(rng) -> tuple[str, str]:
     inputs = _used(text, inputs)
     if "x" in inputs and not text.startswith("let M = sum(<i0, r0> in A) sum"):
         inputs["x"] = inputs["x"][:m]
+    return _agree(text, inputs)
 
+
+def _agree(text: str, inputs: dict) -> tuple[str, str]:
     def run():
         interpreted = sparsad.program(text)(**inputs)
         compiled = sparsad.compile(text)(**inputs)
@@ -570,7 +633,9 @@ def _describe(inputs: dict) -> str:
 
     parts = []
     for name, value in inputs.items():
-        if sp.issparse(value):
+        if hasattr(value, "to_logical"):
+            parts.append(f"{name}={value!r} entries={value.to_logical()}")
+        elif sp.issparse(value):
             coo = value.tocoo()
             parts.append(f"{name}={type(value).__name__}{value.shape} rows={coo.row.tolist()} "
                          f"cols={coo.col.tolist()} data={np.round(coo.data, 3).tolist()}")

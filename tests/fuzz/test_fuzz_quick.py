@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 
 EXAMPLES = {"parser": 150, "typecheck": 10, "programs": 5, "formats": 150, "torch": 60, "tensor": 40,
-            "cli": 100, "emptiness": 25}
+            "cli": 100, "emptiness": 12}
 
 
 @pytest.mark.parametrize("target", sorted(EXAMPLES))

@@ -52,9 +52,11 @@ Sink = Callable[[tuple, IRExpr], list]
 class _Scalar:
     expr: IRExpr
     iv: B.IV | None
-    # a let's number that may be {} (an else-less if, a sum over nothing): (value, env, tenv),
-    # for the test that it is an entry where it becomes one (`entry_test`)
+    # a let's number that may be {} (an else-less if, a sum over nothing): whether it is an
+    # entry, computed where it is bound (`entry`), or (value, env, tenv) to test where it becomes
+    # an entry's value (`source`); see `entry_test`
     source: tuple | None = field(default=None, compare=False)
+    entry: IRExpr | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,15 @@ class _Lazy:
     expr: Expr
     env: dict
     tenv: dict
+
+
+def _in_entry_value(name: str, body: Expr) -> bool:
+    """Whether name may become an entry's value in body: it occurs in the source of a sum or in
+    the value of a singleton. Only a guide to where its entry test is made: once at its let (at
+    most the cost of computing the let's value again), or at each use that needs it."""
+    return any((isinstance(node, Sum) and name in free_vars(node.source))
+               or (isinstance(node, Singleton) and name in free_vars(node.value))
+               for node in walk(body))
 
 
 def _unique_entries(e: Expr):
@@ -426,8 +437,16 @@ class _Lowerer:
             return [], env2, tenv2
         if not isinstance(value_type, Dict):
             pre, ir, iv = self.scalar(value, env, tenv)
-            source = (value, env, tenv) if may_be_empty(value) else None
-            env2[name] = _Scalar(self.bind_local_value(pre, ir, name), iv, source)
+            bound = _Scalar(self.bind_local_value(pre, ir, name), iv)
+            if may_be_empty(value) and (body is None or not _in_entry_value(name, body)):
+                bound = replace(bound, source=(value, env, tenv))
+            elif may_be_empty(value):
+                # tested once here, not in the loops of body that make it an entry's value
+                more, test = self.entry_test(value, env, tenv)
+                pre += more
+                if test is not None:
+                    bound = replace(bound, entry=self.bind_local_value(pre, test, f"{name}_entry"))
+            env2[name] = bound
             return pre, env2, tenv2
         while isinstance(value, Unique):
             value = value.operand
@@ -623,17 +642,18 @@ class _Lowerer:
 
         return pre + self._loop(source.array, key, v, cenv, ctenv, inside, env, tenv)
 
-    def bind_entry(self, key, value, k, v, senv, stenv, cenv, ctenv, body_fn) -> list:
+    def bind_entry(self, key, value, k, v, senv, stenv, cenv, ctenv, body_fn, tested: bool = False) -> list:
         """Bind k and v of the consumer to key and value read in the source's environment.
 
         A key whose value is the empty dictionary is no entry: unless the body vanishes on an
         empty value (`_Body.vanishes`), it runs only when value has an entry."""
         if not getattr(body_fn, "vanishes", False):
             test, nonempty = self.entry_test(value, senv, stenv)
-            if nonempty is not None:
-                unguarded = _Body(body_fn, vanishes=True)
-                inner = self.bind_entry(key, value, k, v, senv, stenv, cenv, ctenv, unguarded)
-                return test + [IfThen(nonempty, tuple(inner))]
+            unguarded = _Body(body_fn, vanishes=True)
+            inner = self.bind_entry(key, value, k, v, senv, stenv, cenv, ctenv, unguarded, tested=True)
+            if nonempty is None:
+                return inner
+            return test + [IfThen(nonempty, tuple(inner))]
         pre: list = []
         cenv2, ctenv2 = dict(cenv), dict(ctenv)
         for name, expr in ((k, key), (v, value)):
@@ -642,14 +662,18 @@ class _Lowerer:
             temporary = self.fresh("entry")
             more, senv2, stenv2 = self.bind(temporary, expr, senv, stenv)
             pre += more
-            cenv2[name], ctenv2[name] = senv2[temporary], stenv2[temporary]
+            binding = senv2[temporary]
+            if tested and name == v and isinstance(binding, _Scalar):
+                binding = replace(binding, source=None)  # tested above: it is an entry
+            cenv2[name], ctenv2[name] = binding, stenv2[temporary]
         return pre + body_fn(cenv2, ctenv2)
 
     def entry_test(self, value: Expr, env: dict, tenv: dict) -> tuple[list, IRExpr | None]:
         """(statements, condition): whether value is an entry, i.e. not the empty dictionary
         (None: always). Stored levels and ranges need a comparison of bounds (`emptiness`);
         anything else is tested by running its loops once more, only to raise a flag."""
-        suspects = frozenset(n for n, b in env.items() if isinstance(b, _Scalar) and b.source is not None)
+        suspects = frozenset(n for n, b in env.items()
+                             if isinstance(b, _Scalar) and (b.source is not None or b.entry is not None))
         condition = entry_condition(value, tenv, lambda name: isinstance(env.get(name), _Array), suspects)
         if condition == TRUE:
             return [], None
@@ -691,6 +715,8 @@ class _Lowerer:
                 return [Assign(flag, Num(False)), *loop], Ref(flag)
             case Lookup(dict=d) if not isinstance(value_type, Dict):
                 return self.entry_test(d, env, tenv)  # a missing key reads {} only in an empty dictionary
+            case Var(name=n) if isinstance(env.get(n), _Scalar) and env[n].entry is not None:
+                return [], env[n].entry
             case Var(name=n) if isinstance(env.get(n), _Scalar) and env[n].source is not None:
                 return self.entry_test(*env[n].source)  # the let's value, tested where it is used
             case Let(name=n, value=x, body=b):

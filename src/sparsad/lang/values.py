@@ -163,11 +163,11 @@ def _from_input(value: Any, name: str) -> Any:
     if isinstance(value, (int, float)):
         return value
     if isinstance(value, dict):
-        return _check_dict(value, name)
+        return without_empty(_check_dict(value, name))
     to_logical = getattr(value, "to_logical", None)
     if callable(to_logical):
         shape = getattr(value, "shape", None)
-        logical = to_logical()
+        logical = without_empty(to_logical())  # an empty fiber under a dense level is no entry
         return shaped(logical, shape, name) if shape else logical
     if isinstance(value, np.generic):
         return value if isinstance(value, np.float32) else value.item()
@@ -193,7 +193,20 @@ def _from_input(value: Any, name: str) -> Any:
     from sparsad.formats import as_format  # conversions of torch, pydata/sparse and others
 
     stored = as_format(value, name=name)
-    return shaped(stored.to_logical(), stored.shape, name)
+    return shaped(without_empty(stored.to_logical()), stored.shape, name)
+
+
+def without_empty(value: Any) -> Any:
+    """value without the keys whose value is (or becomes, once pruned) the empty dictionary:
+    `{k -> {}}` is no entry. Numbers, zeros included, stay."""
+    if not isinstance(value, dict) or not any(isinstance(item, dict) for item in value.values()):
+        return value
+    pruned = {}
+    for key, item in value.items():
+        item = without_empty(item)
+        if not (isinstance(item, dict) and not item):
+            pruned[key] = item
+    return pruned
 
 
 def _array_to_dict(array, name: str) -> Any:

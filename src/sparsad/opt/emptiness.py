@@ -157,9 +157,9 @@ def _entry(e: Expr, types: dict, lets: dict, dense_array) -> Expr | None:
             body = _entry(b, inner_types, inner_lets, dense_array)
             if body == FALSE:
                 return FALSE
-            if body != TRUE:
+            if body is None or free_vars(body) & {k, v}:
                 return None  # some entries of s may give nothing: only a loop could tell
-            return _entry(s, types, lets, dense_array)
+            return _both(_entry(s, types, lets, dense_array), body)  # body's test is the same for all
     return None
 
 
