@@ -208,14 +208,28 @@ def _linear_vertical_fusion(e, _):
     found = singleton_leaf(e.source.body, unique=False)
     if not found or not is_linear(e.body, e.val) or not vanishes_on_empty(e.body, e.val):
         return None
-    if has_loop(e.body):
-        return None  # keys may repeat: a loop in b would run once per entry instead of once per key
     f, g, wrap = found
+    if has_loop(e.body) and not _loops_only_over(e.body, e.val, g):
+        return None  # keys may repeat: a loop in b would run once per entry instead of once per key
     # a key may now repeat across iterations: what was unique per key no longer is
     body = Let(e.val, g, _strip_unique_of(e.body, e.key))
     if e.key != "_":
         body = Let(e.key, f, body)
     return Sum(e.source.key, e.source.val, e.source.source, wrap(body))
+
+
+def _loops_only_over(body: Expr, v: str, g: Expr) -> bool:
+    """Every loop of body iterates v itself, with a loop-free body, and g (v's value per entry)
+    is loop-free: after fusion each such loop runs over one entry's g, so the fused program does
+    no more work than building the intermediate (a row `{i -> sum(<j, a> in r) ...}` read from a
+    transposed CSC: `sum(<i, r> in A) sum(<j, a> in r) ...`)."""
+    if has_loop(g):
+        return False
+    for node in walk(body):
+        if isinstance(node, Sum) and not isinstance(node.source, Singleton):
+            if node.source != Var(v) or has_loop(node.body):
+                return False
+    return True
 
 
 def _strip_unique_of(expr: Expr, name: str) -> Expr:
