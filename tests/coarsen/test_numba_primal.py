@@ -322,3 +322,27 @@ def test_kernel_cache_keeps_the_most_recently_used_modules(tmp_path):
     cached = {p.name.split(".")[0] for p in (tmp_path / "__pycache__").iterdir()}
     assert cached == {"coarsen_00", "coarsen_04", "coarsen_05"} and (tmp_path / "k_other.py").exists()
     assert prune_cache(tmp_path, keep=3) == 0
+
+
+def test_inner_helper_reading_a_reassigned_variable_is_not_translated():
+    f = load_function("""
+import torch
+
+def f(x, steps=5):
+    a = 0.5
+    def g(z):
+        return a * z
+    s = x * 1.0
+    k = 0
+    while k < steps:
+        k += 1
+        s = s + g(s)
+        if torch.sum(s) > 100.0:
+            break
+    a = 2.0
+    return torch.sum(g(s))
+""")
+    x = torch.tensor([0.2, 0.4], dtype=torch.float64)
+    plan = coarsen.Coarsened(f).plan((x,))
+    with pytest.raises(numba_primal.NumbaPrimalUnsupported, match="assigned more than once"):
+        numba_primal.NumbaPrimal(f, plan.sites)
