@@ -346,3 +346,19 @@ def f(x, steps=5):
     plan = coarsen.Coarsened(f).plan((x,))
     with pytest.raises(numba_primal.NumbaPrimalUnsupported, match="assigned more than once"):
         numba_primal.NumbaPrimal(f, plan.sites)
+
+
+def test_erf_of_a_vector_runs_in_the_numba_adjoint():
+    """math.erf takes floats only: a vector's erf goes element by element (was: the Numba tier failed
+    to type it and every call ran the generated torch code)."""
+    f = load_function("import torch\n\ndef f(x, s):\n    return torch.sum(torch.erf(x * s) * x) + torch.erf(s)\n")
+    fn = coarsen.Coarsened(f)
+    grad = coarsen.grad(fn, argnums=(0, 1))
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        args = (torch.tensor(rng.uniform(-2, 2, 6), dtype=torch.float64),
+                torch.tensor(rng.uniform(0.2, 2.0), dtype=torch.float64))
+        for g, e in zip(grad(*args), torch_reference(f, args, (0, 1))):
+            assert rel_err(g, e) <= TOL
+    compiled = next(iter(fn.plan(args).compiled.values()))
+    assert compiled.fn.direct() is not None, "the Numba adjoint is not in use"
