@@ -322,3 +322,43 @@ def test_kernel_cache_keeps_the_most_recently_used_modules(tmp_path):
     cached = {p.name.split(".")[0] for p in (tmp_path / "__pycache__").iterdir()}
     assert cached == {"coarsen_00", "coarsen_04", "coarsen_05"} and (tmp_path / "k_other.py").exists()
     assert prune_cache(tmp_path, keep=3) == 0
+
+
+def test_inner_helper_reading_a_reassigned_variable_is_not_translated():
+    f = load_function("""
+import torch
+
+def f(x, steps=5):
+    a = 0.5
+    def g(z):
+        return a * z
+    s = x * 1.0
+    k = 0
+    while k < steps:
+        k += 1
+        s = s + g(s)
+        if torch.sum(s) > 100.0:
+            break
+    a = 2.0
+    return torch.sum(g(s))
+""")
+    x = torch.tensor([0.2, 0.4], dtype=torch.float64)
+    plan = coarsen.Coarsened(f).plan((x,))
+    with pytest.raises(numba_primal.NumbaPrimalUnsupported, match="assigned more than once"):
+        numba_primal.NumbaPrimal(f, plan.sites)
+
+
+def test_erf_of_a_vector_runs_in_the_numba_adjoint():
+    """math.erf takes floats only: a vector's erf goes element by element (was: the Numba tier failed
+    to type it and every call ran the generated torch code)."""
+    f = load_function("import torch\n\ndef f(x, s):\n    return torch.sum(torch.erf(x * s) * x) + torch.erf(s)\n")
+    fn = coarsen.Coarsened(f)
+    grad = coarsen.grad(fn, argnums=(0, 1))
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        args = (torch.tensor(rng.uniform(-2, 2, 6), dtype=torch.float64),
+                torch.tensor(rng.uniform(0.2, 2.0), dtype=torch.float64))
+        for g, e in zip(grad(*args), torch_reference(f, args, (0, 1))):
+            assert rel_err(g, e) <= TOL
+    compiled = next(iter(fn.plan(args).compiled.values()))
+    assert compiled.fn.direct() is not None, "the Numba adjoint is not in use"

@@ -346,6 +346,8 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
             if problem is not None:
                 raise CoarsenUnsupported(problem)
             compiled.verified = True
+        global _Tensor
+        _Tensor = torch.Tensor
         one = torch.ones((), dtype=tensors[wrt[0]].dtype)
         with torch.no_grad():
             grads = compiled.fn(*tensors, *params, one)
@@ -377,9 +379,27 @@ _PLAIN = (int, float, bool, str, type(None))
 _float_bits = struct.Struct("<d").pack
 
 
+_Tensor = None  # torch.Tensor once a torch gradient was taken (the key's common case, checked first)
+
+
 def _fast_key(args: tuple):
     """A cheaper stand-in for ``signature`` to find ready-made calls (no strings built for tensors);
     None when an argument's content cannot be keyed (then the general path runs)."""
+    key = []
+    for a in args:  # plain tensors and Python scalars (the usual calls), keyed as the loop below keys them
+        kind = type(a)
+        if kind is _Tensor:
+            key.append((a.shape, a.dtype))
+        elif kind is float:
+            key.append((float, _float_bits(a)))
+        elif kind is int or kind is bool:
+            key.append((kind, a))
+        else:
+            return _general_key(args)
+    return tuple(key)
+
+
+def _general_key(args: tuple):
     key = []
     for a in args:
         shape = getattr(a, "shape", None)

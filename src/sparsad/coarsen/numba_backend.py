@@ -207,6 +207,8 @@ class NumbaPrinter(Printer):
         return shape_of(e, self.shapes) == ()
 
     def fn(self, name: str, e) -> str:
+        if name == "erf" and not self.indexed and not self.scalar(e):
+            return "_erf_v"  # (math.erf takes floats only: arrays go element by element)
         return _NP[name]
 
     def p(self, e) -> str:
@@ -306,7 +308,10 @@ def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int])
     printer = NumbaPrinter(set(program.params), program.shapes, program.views)
     lines = _SCATTER_SOURCE.splitlines() + ["def _sigmoid(u):", "    return 1.0 / (1.0 + np.exp(-u))", "",
              "def _softplus(u):", "    return np.maximum(u, 0.0) + np.log1p(np.exp(-np.abs(u)))", "",
-             "def _erf(u):", "    return math.erf(u)", ""] + _GEOM_SOURCE.splitlines()
+             "def _erf(u):", "    return math.erf(u)", "",
+             "def _erf_v(a):", "    flat = np.ascontiguousarray(a).ravel()", "    out = np.empty(flat.size)",
+             "    for i in range(flat.size):", "        out[i] = math.erf(flat[i])", "    return out.reshape(a.shape)",
+             ""] + _GEOM_SOURCE.splitlines()
     for index, (key, shape) in program.views.items():
         if simple_scatter(key, shape) is None:
             lines += [f"def _scatter_{index}(v):", f"    out = np.zeros({tuple(shape)!r})",
@@ -336,7 +341,7 @@ def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int])
 
 
 def _is_helper(key: str) -> bool:
-    return (key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf") or key.startswith("_geom")
+    return (key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf", "_erf_v") or key.startswith("_geom")
             or key in GENERIC_HELPERS or key.startswith("_loop_"))
 
 

@@ -290,9 +290,11 @@ class _Translate(ast.NodeTransformer):
         self.modules: dict = {}            # names bound by `import` inside the function
         self.locals = {a.arg for a in fdef.args.args}
         self.inner: set = set()            # helper functions defined inside the function
+        self.assignments: dict = {}        # local name -> how many statements assign it
         for node in ast.walk(fdef):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 self.locals.add(node.id)
+                self.assignments[node.id] = self.assignments.get(node.id, 0) + 1
             elif isinstance(node, ast.arg):
                 self.locals.add(node.arg)
             elif isinstance(node, ast.FunctionDef) and node is not fdef:
@@ -394,6 +396,15 @@ class _Translate(ast.NodeTransformer):
                                          "or variable arguments")
         if any(site_of(sub) in self.sites for sub in ast.walk(node) if isinstance(sub, (ast.If, ast.For, ast.While))):
             raise NumbaPrimalUnsupported(f"line {node.lineno}: a recorded loop or `if` inside {node.name}()")
+        # Python reads an outer variable when the helper runs; a variable assigned more than once
+        # could then differ from what a compiled closure sees: only single assignments are taken
+        own = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} | {
+            n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        free = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own
+        for name in sorted(free & self.locals):
+            if self.assignments.get(name, 0) > 1:
+                raise NumbaPrimalUnsupported(f"line {node.lineno}: {node.name}() reads {name!r}, which is "
+                                             "assigned more than once")
         outer_stack, self.loop_stack = self.loop_stack, []
         try:
             node.body = [new for stmt in node.body for new in _as_list(self.visit(stmt))]
