@@ -58,8 +58,12 @@ def explain(fn: Callable, *example_args, print_it: bool = True, max_segment: int
 
         reason = numba_primal.eligible(example_args) if coarse.numba else "numba=False"
         if reason is None:
-            lines.append(f"recording primal: compiled with Numba from call {FAST_PRIMAL_AFTER} of a signature on "
-                         "(checked once against the eager primal), eager before that")
+            from sparsad.coarsen import tiers
+
+            when = ("compiled with Numba in a child process started at the first call of a signature, used "
+                    "once it is ready" if tiers.background() else
+                    f"compiled with Numba at call {FAST_PRIMAL_AFTER} of a signature")
+            lines.append(f"recording primal: {when} (checked once against the eager primal), eager before that")
         else:
             lines.append(f"recording primal: eager ({reason})")
     backend = _backend(example_args)
