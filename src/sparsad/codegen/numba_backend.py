@@ -48,6 +48,13 @@ from sparsad.memory import check_allocation, dense_bytes, memory_limit, warn_thr
 # source emission
 
 
+
+def _only_raises_flags(body) -> bool:
+    """Whether every statement of a loop body sets a flag to True: running it once is running it
+    every time."""
+    return bool(body) and all(isinstance(stmt, Assign) and stmt.value == Num(True) for stmt in body)
+
+
 class _Emitter:
     def __init__(self, program: LoopProgram, plan: O.OutputPlan):
         self.program = program
@@ -194,24 +201,32 @@ class _Emitter:
             case ForItems(key=k, value=v, container=c, body=body):
                 self.count_updates(k, indent)
                 grid = self._grid_row(c)
+                # a loop that only raises flags (an entry test: is the container nonempty?) stops
+                # at its first entry; it was a pass over the whole container at every use
+                first_only = ["break"] if _only_raises_flags(body) else []
                 if c in self.prefixes.names:
                     self.put(indent, f"for {k} in range({c}_n):", f"    {v} = {c}_val[{k}]")
                     self.block(body, indent + 1)
+                    self.put(indent + 1, *first_only)
                 elif self.containers[c].kind == "grid":
                     self.put(indent, f"for {k} in range({c}_size):", f"    if {c}_rowmark[{k}]:",
                              f"        {v} = {k}")
                     self.block(body, indent + 2)
+                    self.put(indent + 2, *first_only)
                 elif grid:
                     self.put(indent, f"for {k} in range({grid}__cols_size):",
                              f"    if {grid}_mark[{c}, {k}]:", f"        {v} = {grid}_val[{c}, {k}]")
                     self.block(body, indent + 2)
+                    self.put(indent + 2, *first_only)
                 elif self.containers[c].kind == "workspace":
                     self.put(indent, f"for {k}_t in range({c}_n):")
                     self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{O.unsigned(k)}]")
                     self.block(body, indent + 1)
+                    self.put(indent + 1, *first_only)
                 else:
                     self.put(indent, f"for {k}, {v} in {c}.items():")
                     self.block(body, indent + 1)
+                    self.put(indent + 1, *first_only)
             case IfThen(cond=c, then=t, orelse=o):
                 self.put(indent, f"if {self.expr(c)}:")
                 self.block(t, indent + 1)
