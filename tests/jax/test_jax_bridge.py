@@ -233,12 +233,13 @@ def test_a_host_call_on_a_thread_outside_the_callers_x64_block_keeps_float64():
     dot._host_primal = original
     seen = []
 
-    def elsewhere():  # a fresh thread: x64 off, as on XLA's worker threads
+    def elsewhere():  # a thread in 32-bit mode, as XLA's worker threads are (whatever other tests set)
         from jax._src import dtypes
 
-        before = dtypes.canonicalize_dtype(np.float64)
-        result = _host_call(spec_of["spec"], [np.asarray(u), np.asarray(v)])
-        seen.append((before, dtypes.canonicalize_value(np.asarray(result)).dtype, float(result)))
+        with jax.enable_x64(False):
+            before = dtypes.canonicalize_dtype(np.float64)
+            result = _host_call(spec_of["spec"], [np.asarray(u), np.asarray(v)])
+            seen.append((before, dtypes.canonicalize_value(np.asarray(result)).dtype, float(result)))
 
     thread = threading.Thread(target=elsewhere)
     thread.start()
