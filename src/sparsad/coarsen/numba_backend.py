@@ -385,11 +385,9 @@ _jit_all()
 '''
 
 
-def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple[str, str, str]:
-    """(source, path, module name) of the adjoint written as a module in the kernel cache directory.
-
-    Raises ``OSError`` or the compiler's ``UnsupportedError`` when no private cache directory exists.
-    """
+def write_module(source: str) -> tuple[str, str]:
+    """(path, module name) of ``source`` written in the kernel cache directory, named by its content
+    (Numba's cache of it lands beside it).  Raises when there is no private cache directory."""
     import hashlib
     import os
     import sys
@@ -398,8 +396,6 @@ def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple
 
     from sparsad.codegen.numba_backend import kernel_cache_dir
 
-    body = generate_numba_source(program, name, wanted)
-    source = "import math\n\nimport numba\nimport numpy as np\n\nNAME = " + repr(name) + "\n\n" + body + _MODULE_FOOTER
     digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
     directory = kernel_cache_dir()
     path = directory / f"coarsen_{digest}.py"
@@ -410,7 +406,18 @@ def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple
         prune_cache(directory)
     else:
         os.utime(path)  # (recently used: kept by the pruning)
-    return source, str(path), f"sparsad_coarsen_{digest}"
+    return str(path), f"sparsad_coarsen_{digest}"
+
+
+def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple[str, str, str]:
+    """(source, path, module name) of the adjoint written as a module in the kernel cache directory.
+
+    Raises ``OSError`` or the compiler's ``UnsupportedError`` when no private cache directory exists.
+    """
+    body = generate_numba_source(program, name, wanted)
+    source = "import math\n\nimport numba\nimport numpy as np\n\nNAME = " + repr(name) + "\n\n" + body + _MODULE_FOOTER
+    path, module_name = write_module(source)
+    return source, path, module_name
 
 
 MAX_CACHED_MODULES = 400  # generated coarsening modules (adjoints, primals) kept in the kernel cache

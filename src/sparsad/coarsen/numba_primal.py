@@ -614,31 +614,6 @@ _RESERVED = {"np", "math", "numba", "types", "overload", "CACHE", "BRANCH", "JIT
     node.name for node in ast.parse(_HELPER_SOURCE).body if isinstance(node, ast.FunctionDef)}
 
 
-def write_module(source: str) -> tuple[str, str]:
-    """(path, module name) of ``source`` written in the kernel cache directory, named by its content
-    (Numba's cache of it lands beside it).  Raises when there is no private cache directory."""
-    import hashlib
-    import os
-    import sys
-
-    import numba
-
-    from sparsad.coarsen.numba_backend import prune_cache
-    from sparsad.codegen.numba_backend import kernel_cache_dir
-
-    digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
-    directory = kernel_cache_dir()
-    path = directory / f"coarsen_{digest}.py"
-    if not path.exists() or path.read_text() != source:
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(source)
-        os.replace(temporary, path)
-        prune_cache(directory)
-    else:
-        os.utime(path)  # (recently used: kept by the pruning)
-    return str(path), f"sparsad_coarsen_{digest}"
-
-
 def load(source: str, name: str, path: str | None, module_name: str | None) -> Callable:
     """The jitted primal: from its module file (Numba's cache on), else from the source in memory."""
     if path is not None:
@@ -690,6 +665,8 @@ class NumbaPrimal:
         self.child = None
         self.jitted = None
         try:
+            from sparsad.coarsen.numba_backend import write_module
+
             self.path, self.module_name = write_module(self.source)
         except Exception:  # no private cache directory: compiled in memory, here
             self.path = self.module_name = None
