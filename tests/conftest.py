@@ -25,3 +25,14 @@ def suitesparse():
         return matrix
 
     return load
+
+
+@pytest.fixture
+def x64():
+    """JAX in 64-bit mode for one test (JAX is imported only by tests that ask for it)."""
+    import jax
+
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)

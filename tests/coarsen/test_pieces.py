@@ -349,14 +349,6 @@ def f(x, w):
 }
 
 
-@pytest.fixture
-def x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
-
-
 @pytest.mark.parametrize("name", sorted(JAX_PROGRAMS))
 def test_the_same_on_jax_arrays(name, x64):
     f = load_function("import jax\nimport jax.numpy as jnp\n" + JAX_PROGRAMS[name])

@@ -274,14 +274,6 @@ def f(x):
 }
 
 
-@pytest.fixture
-def x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
-
-
 @pytest.mark.parametrize("name", sorted(JAX_PROGRAMS))
 def test_the_same_forms_on_jax_arrays(name, x64):
     f = load_function("import jax.numpy as jnp\n" + JAX_PROGRAMS[name])
