@@ -231,7 +231,9 @@ def run_checks(checks: tuple[Check, ...], inputs: Mapping[str, Any], memo: dict,
         lo, hi = interval
         if lo < 0 or hi >= size:
             bad = lo if lo < 0 else hi
+            fix = ("the program computes this key: keep the keys it writes non-negative"
+                   if check.what == "writes" and bad < 0 else
+                   "fix the index arrays of the input (or pass the right shape)")
             raise FormatError(
                 f"index out of range: {check.what} {check.array} at {bad} (from "
-                f"{describe(check.index)}), but {check.array} has {size} entries; "
-                f"fix the index arrays of the input (or pass the right shape)")
+                f"{describe(check.index)}), but {check.array} has {size} entries; {fix}")

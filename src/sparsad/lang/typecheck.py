@@ -283,12 +283,37 @@ def _infer(expr: Expr, env: dict) -> Type:
     raise TypeError(f"not an expression node: {expr!r}")
 
 
+def _reach(expr: Expr, t: Int) -> int | None:
+    """One past the largest key an int operand reaches: its extent, or c + 1 for a literal c >= 0."""
+    if isinstance(expr, Const) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return expr.value + 1 if expr.value >= 0 else None
+    return t.extent if t.extent is not None and t.extent > 0 else None
+
+
+def _key_arithmetic(expr: Binary, a: Int, b: Int) -> Int:
+    """The extent of a computed key, from the keys its operands reach (both paths size results by it).
+
+    i + j over extents m and n reaches m + n - 2 and i * j reaches (m - 1)(n - 1); taking the larger
+    extent, as a join of two key sets does, would size a result too small. i - j may be negative.
+    """
+    m, n = _reach(expr.left, a), _reach(expr.right, b)
+    if m is None or n is None or expr.op == "-":
+        return Int(False, None)
+    if expr.op == "+":
+        return Int(a.dense and b.dense, m + n - 1)
+    return Int(False, (m - 1) * (n - 1) + 1)
+
+
 def _binary(expr: Expr, op: str, a: Type, b: Type) -> Type:
     if op in ("+", "-"):
         if not (is_additive(a) and is_additive(b)):
             raise _error(expr, f"{op} takes numbers or dictionaries, got {type_to_text(a)} and {type_to_text(b)}")
+        if isinstance(a, Int) and isinstance(b, Int) and isinstance(expr, Binary):
+            return _key_arithmetic(expr, a, b)
         return join(a, b, expr, f"the operands of {op}")
     if op == "*":
+        if isinstance(a, Int) and isinstance(b, Int) and isinstance(expr, Binary):
+            return _key_arithmetic(expr, a, b)
         return product_type(a, b, expr)
     if op == "/":
         for t in (a, b):
