@@ -373,7 +373,7 @@ class Derivative(Program):
                     if self.seed_names:
                         call_inputs[self.seed_names[w]] = inputs[self.seed_names[w]]
                     results[w] = natural_result(
-                        self._shaped_zero(self._compiled_for(w)(out_format=out_format, **call_inputs),
+                        self._shaped_zero(self._compiled_for(w).call(call_inputs, out_format),
                                           w, inputs, out_format), inputs, out_format)
                 return results
             except ProgramTypeError as error:
