@@ -1067,8 +1067,8 @@ def call_overhead_main(quick: bool = False) -> list[dict]:
     plot = plot_bars(f"{SUITE}_call_overhead", [dict(r, label=r["case"]) for r in rows], "label", "ratio",
                      title="per-call cost on small inputs: sparsad / closed form (target <= 5)")
     over = [r["case"] for r in rows if r["ratio"] > 5]
-    print(f"\nwrote {path} and {plot}; median sparsad call {sorted(r['sparsad_us'] for r in rows)[len(rows) // 2]:.1f} us;"
-          f" over 5x: {over or 'none'}")
+    median = sorted(r["sparsad_us"] for r in rows)[len(rows) // 2]
+    print(f"\nwrote {path} and {plot}; median sparsad call {median:.1f} us; over 5x: {over or 'none'}")
     return rows
 
 

@@ -206,10 +206,11 @@ class Derivative(Program):
                          "(compiled derivatives show more stages after their first call)")
 
     def _compiled_for(self, wrt: str):
-        from sparsad.compiler import CompiledProgram
-
+        compiled = self._compiled.get(wrt)
+        if compiled is not None:  # (this runs on every call: no import statement before it)
+            return compiled
         if wrt not in self._compiled:
-            from sparsad.compiler import _short
+            from sparsad.compiler import CompiledProgram, _short
 
             label = f"{self.kind} w.r.t. {wrt} of `{_short(self.primal.text())}`"
             self._compiled[wrt] = CompiledProgram(self.primal, formats=self.formats, output=self.output,

@@ -561,6 +561,9 @@ class Kernel:
             if type(value) is np.ndarray and kind and value.ndim == 1 and value.flags.c_contiguous \
                     and value.dtype.kind == kind[0] and value.dtype.itemsize in kind[1]:
                 prepared[parameter] = value
+            elif kind is None and ((type(value) is int and type(t) is Int)
+                                   or (type(value) is float and type(t) is Real)):
+                prepared[parameter] = value  # a size or a number of the right type (as _convert returns it)
             else:
                 prepared[parameter] = _convert(name, value, t)
         return prepared
