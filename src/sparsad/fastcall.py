@@ -48,6 +48,9 @@ class RepeatCall:
     __slots__ = ("names", "steps", "constants", "plan", "kind", "dense")
 
     def __init__(self, names: tuple, steps: tuple, constants: dict, plan: dict, kind: str | None, dense: bool):
+        # steps, one per input in call order: (name, how, type, then per `how`)
+        #   _SCALAR: (None, None, None); _DENSE: (shape, dtype, the values array's kernel name);
+        #   _STORED: (the plan's signature of it, whether the conversion cache holds it, None)
         self.names, self.steps, self.constants, self.plan = names, steps, constants, plan
         self.kind, self.dense = kind, dense  # formats.natural.input_kind of the recorded inputs
 
@@ -83,7 +86,7 @@ class RepeatCall:
             memo = program._bound_inputs.get(name)
             if memo is None or memo[0] is not tensor:
                 return None
-            steps.append((name, _STORED, kind, memo[1], None, None))
+            steps.append((name, _STORED, kind, memo[1], tensor is not value, None))
         kind, dense = input_kind(inputs)
         return cls(tuple(inputs), tuple(steps), constants, plan, kind, dense)
 
@@ -92,19 +95,20 @@ class RepeatCall:
         if len(inputs) != len(self.names) or tuple(inputs) != self.names:
             return MISS
         arrays = dict(self.constants)
-        for name, how, kind, shape, dtype, key in self.steps:
+        for name, how, kind, expected, detail, key in self.steps:
             value = inputs[name]
             if type(value) is not kind:
                 return MISS
             if how == _SCALAR:
                 arrays[name] = value
             elif how == _DENSE:
-                if value.shape != shape or value.dtype != dtype or not value.flags.c_contiguous:
+                if value.shape != expected or value.dtype != detail or not value.flags.c_contiguous:
                     return MISS
                 arrays[key] = value if value.ndim == 1 else value.reshape(-1)
             else:
-                bound = program._bound(name, program._store_one(name, value))
-                if bound[1] != shape:  # (for stored inputs: the bound signature of the plan)
+                tensor = program._conversions.reused(name, value, program.formats.get(name)) if detail else None
+                bound = program._bound(name, tensor if tensor is not None else program._store_one(name, value))
+                if bound[1] != expected:
                     return MISS
                 arrays.update(bound[2])
         return arrays
