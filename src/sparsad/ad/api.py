@@ -373,9 +373,11 @@ class Derivative(Program):
                     call_inputs = dict(primal_inputs)
                     if self.seed_names:
                         call_inputs[self.seed_names[w]] = inputs[self.seed_names[w]]
-                    results[w] = natural_result(
-                        self._shaped_zero(self._compiled_for(w).call(call_inputs, out_format),
-                                          w, inputs, out_format), inputs, out_format)
+                    raw = self._compiled_for(w).call(call_inputs, out_format)
+                    shaped = self._shaped_zero(raw, w, inputs, out_format)
+                    # the compiled call returned `raw` in the kind of these same inputs already
+                    same = shaped is raw and len(call_inputs) == len(inputs)
+                    results[w] = shaped if same else natural_result(shaped, inputs, out_format)
                 return results
             except ProgramTypeError as error:
                 # the user's own type errors first; otherwise the derivative program we built does
