@@ -8,7 +8,7 @@ steady time against the closed form (and against JAX BCOO and PyTorch sparse whe
 gives them). Real inputs come from ../shared/data (synthetic of a similar size if absent).
 
     sparsad bench corpus [--quick]        # quick: small inputs, references only
-    python -m bench.corpus [--quick] [--resume] [--only=spmv,lsq] [--kinds=grad,vjp]
+    python -m bench.corpus [--quick] [--resume] [--only=spmv,lsq] [--kinds=grad,vjp] [--summary] [--help]
 
 At real size each case runs in a worker process that is stopped past SPARSAD_BENCH_CASE_TIMEOUT_S
 (default 120 s; the case is recorded as a timeout), the whole run stops starting cases past
@@ -1095,10 +1095,38 @@ def main(quick: bool = False, only: list[str] | None = None, kinds: tuple = KIND
         print(line)
 
 
-if __name__ == "__main__" and "--summary" in sys.argv[1:]:
-    print("\n".join(summary_from_csv()))
-elif __name__ == "__main__":
-    chosen = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")]
-    chosen_kinds = [tuple(a.split("=", 1)[1].split(",")) for a in sys.argv[1:] if a.startswith("--kinds=")]
-    main(quick="--quick" in sys.argv[1:], only=chosen[0] if chosen else None,
-         kinds=chosen_kinds[0] if chosen_kinds else KINDS, resume=True if "--resume" in sys.argv[1:] else None)
+def parse_arguments(argv: list[str] | None = None):
+    """The command line of `python -m bench.corpus` (`sparsad bench corpus` calls `main` itself)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.corpus", description=" ".join(
+        (__doc__ or "The compiler corpus benchmark.").split("\n\n")[0].split()))
+    parser.add_argument("--quick", action="store_true", help="small inputs, for a smoke run")
+    parser.add_argument("--only", type=lambda text: [n for n in text.split(",") if n], default=None,
+                        metavar="PROG[,PROG...]", help="run only these programs (comma-separated names)")
+    parser.add_argument("--kinds", type=lambda text: tuple(k for k in text.split(",") if k), default=KINDS,
+                        metavar="KIND[,KIND...]", help=f"derivative kinds to run (default: {','.join(KINDS)})")
+    parser.add_argument("--resume", action="store_true", default=None,
+                        help="measure only the cases not yet in bench/results/corpus_partial.jsonl")
+    parser.add_argument("--summary", action="store_true", help="print the summary of the last CSV and exit")
+    arguments = parser.parse_args(argv)
+    unknown = [k for k in arguments.kinds if k not in KINDS]
+    if unknown:
+        parser.error(f"--kinds: unknown kind(s) {unknown}; choose from {list(KINDS)}")
+    if arguments.only is not None:
+        missing = [n for n in arguments.only if n not in ENTRIES]
+        if missing:
+            parser.error(f"--only: no program named {missing}")
+    return arguments
+
+
+if __name__ == "__main__":
+    _arguments = parse_arguments()
+    if _arguments.summary:
+        from bench.common import RESULTS_DIR
+
+        if not (RESULTS_DIR / f"{SUITE}.csv").exists():
+            sys.exit(f"no {RESULTS_DIR / f'{SUITE}.csv'} yet: run the benchmark first")
+        print("\n".join(summary_from_csv()))
+    else:
+        main(quick=_arguments.quick, only=_arguments.only, kinds=_arguments.kinds, resume=_arguments.resume)

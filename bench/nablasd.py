@@ -4,6 +4,7 @@ and a hand-written SciPy closed form of each derivative. Single-threaded.
 
     cd /work/main && .venv/bin/python -m bench.nablasd [--quick]
     .venv/bin/python -m bench.nablasd --smvm-scipy   # SMVM's gradient on scipy inputs vs SciPy (issue 11)
+    .venv/bin/python -m bench.nablasd --call-overhead   # per-call cost of small derivatives (issue 11)
 
 Writes bench/results/nablasd.csv and nablasd_*.png, prints the table and a "targets" section
 (issue 4, part 6). docs/bench_nablasd.md explains how to read them.
@@ -1009,8 +1010,72 @@ def smvm_scipy_main(quick: bool = False) -> list[dict]:
     return rows
 
 
+#: (program of bench/corpora, wrt, kinds): the corpus misses caused by the per-call floor (issue 11)
+CALL_OVERHEAD_CASES = (("ridge", "lam", ("grad", "jacobian", "jvp", "vjp")), ("ridge", "x", ("grad",)),
+                       ("bilinear", "u", ("grad", "jvp", "vjp")), ("l1_sparse_vector", "V", ("grad", "vjp")),
+                       ("sparse_vec_times_dense", "V", ("jvp", "vjp")),
+                       ("sparse_vec_times_dense", "M", ("jvp",)), ("prefix_sums", "x", ("vjp",)),
+                       ("sparse_window_sumsq", "V", ("jacobian",)))
+
+
+def call_overhead_main(quick: bool = False) -> list[dict]:
+    """The per-call cost of compiled derivatives on small inputs (the corpus programs whose misses
+    come from it), called as a user calls them (keyword inputs, warm: the kernel compiled and the
+    inputs seen before), against the hand-written closed form on the same inputs; plus the floor,
+    a compiled `sum` of a 4-vector against `np.sum`. Least of many calls, same run; table, CSV, plot."""
+    import sparsad
+    from bench import corpus as C
+
+    try:
+        import numba
+
+        numba.set_num_threads(1)
+    except Exception:  # numba may have been initialised with fewer threads already
+        pass
+    calls = 500 if quick else 5000
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, wrt, kinds in CALL_OVERHEAD_CASES:
+            P = C.prepare(C.ENTRIES[name], real=False)
+            for kind in kinds:
+                seed = C.direction(P, wrt, kind)
+                derivative = C.make_derivative(P.entry, wrt, kind)
+                arguments = C.call_arguments(P, wrt, kind, seed)
+                closed = C.closed_form(P, wrt, kind, seed)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    ours = derivative(**arguments)
+                fell_back = any(issubclass(w.category, sparsad.errors.FallbackWarning) for w in caught)
+                error = C.compare(ours, closed(), C.expected_shape(P, wrt, kind)) if closed else ""
+                t_ours = _fastest(lambda: derivative(**arguments), calls)
+                t_closed = _fastest(closed, calls) if closed else float("nan")
+                rows.append(dict(case=f"{name}/{wrt}/{kind}", status="fallback" if fell_back else "compiled",
+                                 sparsad_us=1e6 * t_ours, closed_form_us=1e6 * t_closed,
+                                 ratio=t_ours / t_closed, max_rel_err=error))
+        total, v4 = sparsad.compile("sum(<i, a> in V) a"), np.ones(4)
+        total(V=v4)
+        t_ours, t_closed = _fastest(lambda: total(V=v4), calls), _fastest(lambda: float(np.sum(v4)), calls)
+        rows.append(dict(case="floor: compile(sum V) on a 4-vector", status="compiled", sparsad_us=1e6 * t_ours,
+                         closed_form_us=1e6 * t_closed, ratio=t_ours / t_closed,
+                         max_rel_err=abs(total(V=v4) - 4.0) / 4.0))
+    load = os.getloadavg()
+    print(f"per-call cost on small inputs vs the closed form (least of {calls} calls, microseconds; load "
+          f"average {load[0]:.2f})")
+    print_table(rows)
+    path = write_csv(f"{SUITE}_call_overhead", rows)
+    plot = plot_bars(f"{SUITE}_call_overhead", [dict(r, label=r["case"]) for r in rows], "label", "ratio",
+                     title="per-call cost on small inputs: sparsad / closed form (target <= 5)")
+    over = [r["case"] for r in rows if r["ratio"] > 5]
+    median = sorted(r["sparsad_us"] for r in rows)[len(rows) // 2]
+    print(f"\nwrote {path} and {plot}; median sparsad call {median:.1f} us; over 5x: {over or 'none'}")
+    return rows
+
+
 if __name__ == "__main__":
-    if "--smvm-scipy" in sys.argv[1:]:
+    if "--call-overhead" in sys.argv[1:]:
+        call_overhead_main(quick="--quick" in sys.argv[1:])
+    elif "--smvm-scipy" in sys.argv[1:]:
         smvm_scipy_main(quick="--quick" in sys.argv[1:])
     elif "--users" in sys.argv[1:]:
         user_programs_main(quick="--quick" in sys.argv[1:])

@@ -16,6 +16,7 @@ import numpy as np
 
 from sparsad.errors import (FallbackWarning, InputError, InternalError, OptionError, ProgramTypeError, SparsadError,
                             UnsupportedError, check_option, did_you_mean)
+from sparsad.fastcall import MISS, RepeatCall
 from sparsad.formats import StoredTensor, as_format
 from sparsad.formats.levels import Singleton
 from sparsad.formats.natural import natural_result
@@ -92,6 +93,8 @@ class CompiledProgram(Program):
         self._bound_inputs: dict[str, tuple] = {}  # see _bound
         self._formats: list = []
         self._last: dict | None = None
+        self._stored_last: dict = {}
+        self._repeat = None  # fastcall.RepeatCall: the last compiled call, for calls like it
 
     @property
     def inputs(self) -> list[str]:
@@ -109,18 +112,19 @@ class CompiledProgram(Program):
             elif isinstance(value, dict):
                 raise UnsupportedError(f"input {name!r} is a nested dict; compiled programs take arrays, "
                                        "scipy.sparse matrices or formats (use interpret=True for dicts)")
-            elif kind is StoredTensor and name not in self.formats and not _needs_levels(value):
-                stored[name] = value
             else:
-                if isinstance(value, StoredTensor) and name not in self.formats and not _needs_levels(value):
-                    stored[name] = value
-                    continue
-                # keyed by the format asked for: the default one follows from the object's type
-                asked = self.formats.get(name)
-                stored[name] = self._conversions.stored(
-                    name, value, asked, lambda v=value, f=asked, n=name:
-                    _iterable(as_format(v, f or _default_format(v), name=n), n))
+                stored[name] = self._store_one(name, value)
         return stored, scalars
+
+    def _store_one(self, name: str, value: Any) -> StoredTensor:
+        """One array input in its storage format (an unchanged one converted once: codegen.reuse)."""
+        if type(value) is StoredTensor or isinstance(value, StoredTensor):
+            if name not in self.formats and not _needs_levels(value):
+                return value
+        # keyed by the format asked for: the default one follows from the object's type
+        asked = self.formats.get(name)
+        return self._conversions.stored(name, value, asked, lambda v=value, f=asked, n=name:
+                                        _iterable(as_format(v, f or _default_format(v), name=n), n))
 
     def _bound(self, name: str, tensor: StoredTensor) -> tuple:
         """(tensor, its part of the call signature, its physical arrays), remembered for the last
@@ -134,6 +138,7 @@ class CompiledProgram(Program):
 
     def plan(self, inputs: Mapping[str, Any]) -> dict:
         stored, scalars = self.store(inputs)
+        self._stored_last = stored
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
         # (formats by identity: hashing a format's levels costs more; `_formats` keeps them alive)
@@ -232,9 +237,21 @@ class CompiledProgram(Program):
 
     def __call__(self, *args: Any, out_format: str = "natural", **inputs: Any) -> Any:
         """Run the kernel on inputs given by position (in `inputs` order) or by keyword."""
-        check_option(out_format, OUT_FORMATS, "out_format")
         if args:
             inputs = bind_inputs(self.inputs, args, inputs)
+        return self.call(inputs, out_format)
+
+    def call(self, inputs: dict[str, Any], out_format: str = "natural") -> Any:
+        """`__call__` on a dict of inputs by name. A call like the last compiled one (same names
+        in the same order, same kinds, shapes and dtypes) skips the plan lookup (`fastcall`)."""
+        repeat = self._repeat
+        if repeat is not None and out_format == "natural":
+            arrays = repeat.arrays(self, inputs)
+            if arrays is not MISS:
+                result = self._run_repeat(repeat, inputs, arrays)
+                if result is not MISS:
+                    return result
+        check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
         plan = self.plan(inputs)
         if plan["kernel"] is not None:
@@ -243,8 +260,11 @@ class CompiledProgram(Program):
             except UnsupportedError as error:  # Numba could not compile the kernel: an internal
                 plan["kernel"] = None  # limit, not the user's error; this plan runs interpreted
                 plan["reason"] = str(error)
-                self._fall_back(plan["reason"], "the optimized program", stacklevel=3)
+                self._repeat = None
+                self._fall_back(plan["reason"], "the optimized program", stacklevel=4)
             else:
+                if out_format == "natural":
+                    self._repeat = RepeatCall.record(self, inputs, self._stored_last, plan)
                 return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], plan.pop("inputs"))
@@ -261,6 +281,28 @@ class CompiledProgram(Program):
             return natural_result(from_logical(value, plan["shape"], "dense"), inputs, asked)
         return value if out_format == "value" else \
             natural_result(to_natural(value, plan["result_type"], out_format), inputs, asked)
+
+    def _run_repeat(self, repeat: "RepeatCall", inputs: Mapping[str, Any], arrays: dict) -> Any:
+        """The kernel of the recorded plan on `arrays` (fastcall); MISS when it no longer runs compiled."""
+        plan = repeat.plan
+        kernel = plan["kernel"]
+        if kernel is None:
+            self._repeat = None
+            return MISS
+        self._check_keys(plan, inputs)
+        if plan["derived"]:
+            derived = compute_derived(plan["derived"], arrays)
+            arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
+        plan["arrays"] = arrays
+        self._last = plan
+        try:
+            result = kernel.run(arrays)
+        except UnsupportedError:  # the full path reports it (and runs the plan interpreted)
+            self._repeat = None
+            return MISS
+        if repeat.kind is None and not (repeat.dense and hasattr(result, "tocsr")):
+            return result  # what natural_result returns for these kinds of inputs
+        return natural_result(result, inputs, "natural")
 
     def show(self, stage: str = "code") -> str:
         """A stage of the last compilation: any pass name, "optimized"/"physical", or "code"."""

@@ -78,3 +78,19 @@ def test_the_scalar_jvp_closed_form_never_densifies():
     assert C.inner(T, U) == pytest.approx(float(np.sum(T.dense() * U.dense())))
     assert C.inner(T, B.toarray()) == pytest.approx(float(np.sum(T.dense() * B.toarray())))
     assert C.inner(2.0, 3.0) == 6.0
+
+
+def test_the_command_line_prints_usage_and_rejects_unknown_options(capsys):
+    with pytest.raises(SystemExit) as done:  # --help prints the usage, runs nothing
+        C.parse_arguments(["--help"])
+    assert done.value.code == 0 and "--only" in capsys.readouterr().out
+    arguments = C.parse_arguments(["--quick", "--only=ridge,spmv", "--kinds=grad,vjp", "--resume"])
+    assert (arguments.quick, arguments.only, arguments.kinds, arguments.resume) == \
+        (True, ["ridge", "spmv"], ("grad", "vjp"), True)
+    defaults = C.parse_arguments([])
+    assert (defaults.quick, defaults.only, defaults.kinds, defaults.resume, defaults.summary) == \
+        (False, None, C.KINDS, None, False)
+    for wrong in (["--only=no_such_program"], ["--kinds=hessian"], ["--quik"]):
+        with pytest.raises(SystemExit) as done:
+            C.parse_arguments(wrong)
+        assert done.value.code == 2

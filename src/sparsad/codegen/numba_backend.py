@@ -561,6 +561,9 @@ class Kernel:
             if type(value) is np.ndarray and kind and value.ndim == 1 and value.flags.c_contiguous \
                     and value.dtype.kind == kind[0] and value.dtype.itemsize in kind[1]:
                 prepared[parameter] = value
+            elif kind is None and ((type(value) is int and type(t) is Int)
+                                   or (type(value) is float and type(t) is Real)):
+                prepared[parameter] = value  # a size or a number of the right type (as _convert returns it)
             else:
                 prepared[parameter] = _convert(name, value, t)
         return prepared
@@ -593,7 +596,7 @@ class Kernel:
         args = [prepared[n] for n in loops.params] + workspace_sizes
         grids = [(workspace_sizes[k], workspace_sizes[k + 1]) for k, c in enumerate(self._workspaces)
                  if c.kind == "grid" and k + 1 < len(self._workspaces)
-                 and self._workspaces[k + 1].name == f"{c.name}__cols"]
+                 and self._workspaces[k + 1].name == f"{c.name}__cols"] if self._workspaces else ()
         try:
             while True:  # each larger buffer passes the memory guard first: the growth is bounded
                 _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes, grids)
@@ -690,6 +693,8 @@ _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
                   workspace_sizes, grids=()) -> None:
     """Size the output buffers and workspaces of one kernel call before allocating them."""
+    if not workspace_sizes and plan.kind not in ("dense", "coo", "workspace"):
+        return  # nothing to allocate beyond a number (the common case of a small kernel: per-call cost)
     itemsize = dtype.itemsize if isinstance(dtype, np.dtype) else np.dtype(dtype).itemsize
     workspaces = 16.0 * sum(float(n) for n in workspace_sizes if isinstance(n, (int, np.integer)))
     workspaces += 9.0 * sum(float(rows) * float(cols) for rows, cols in grids)  # values and marks

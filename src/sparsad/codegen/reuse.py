@@ -136,6 +136,15 @@ class ConversionCache:
     def __init__(self):
         self._entries: dict[str, _Entry] = {}
 
+    def reused(self, name: str, value: Any, key: Any) -> Any:
+        """The stored form of `value` when it is unchanged since its conversion (as `stored` would
+        return it without converting), else None: the check alone, for a repeated call."""
+        entry = self._entries.get(name)
+        if entry is None or entry.value is not value:
+            return None
+        found = source_arrays(value)
+        return entry.stored if found is not None and entry.holds(value, key, found[0]) else None
+
     def stored(self, name: str, value: Any, key: Any, convert: Callable[[], Any]) -> Any:
         """convert() once for an unchanged `value` (same object, same `key`, same fingerprint)."""
         found = source_arrays(value)

@@ -1,0 +1,123 @@
+"""The fast path of a compiled program called again on inputs of the same kinds.
+
+A `CompiledProgram` call finds its plan from a signature of the inputs (formats, shapes, dtypes,
+scalar types), converts each input to its stored form and gathers the kernel's arrays: about
+ten microseconds of Python for a kernel that may run in one. After a call that ran compiled,
+the program keeps a `RepeatCall`: per input name, in the order given, what the next call needs
+to check to know that the same plan applies, and the one step that makes its kernel arrays:
+
+- a Python float or int: the same type; the value is passed on;
+- a C-contiguous float64/float32 ndarray stored dense without a copy: the same type, shape,
+  dtype and contiguity; its buffer is passed on as the values array (read live by the kernel,
+  so a change in place is seen, never stale);
+- anything else (scipy.sparse, StoredTensor): the same type, and the program's own conversion
+  step (`codegen.reuse`: an unchanged matrix is reused only when its index arrays still have the
+  same checksum; a changed one is converted and validated again), whose signature must be the
+  plan's.
+
+A call that does not match (other names or order, another type, shape or dtype) takes the full
+path, which records a new `RepeatCall`. The kernel still runs its bounds guard on every call,
+and invalid inputs raise the same errors as on the full path (they fail the match or the
+conversion, which validates).
+
+>>> import numpy as np, scipy.sparse as sp, sparsad
+>>> spmv = sparsad.compile("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }")
+>>> A, x = sp.identity(3, format="csr") * 2.0, np.ones(3)
+>>> spmv(A=A, x=x)
+array([2., 2., 2.])
+>>> x[0] = 5.0  # changed in place: the repeated call reads the new values
+>>> spmv(A=A, x=x)
+array([10.,  2.,  2.])
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+#: what RepeatCall.run returns when the inputs do not match its record
+MISS = object()
+
+_SCALAR, _DENSE, _STORED = 0, 1, 2
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+class RepeatCall:
+    """What a repeated call of one plan checks and does, per input (see the module docstring)."""
+
+    __slots__ = ("names", "steps", "constants", "plan", "kind", "dense")
+
+    def __init__(self, names: tuple, steps: tuple, constants: dict, plan: dict, kind: str | None, dense: bool):
+        # steps, one per input in call order: (name, how, type, then per `how`)
+        #   _SCALAR: (None, None, None); _DENSE: (shape, dtype, the values array's kernel name);
+        #   _STORED: (the plan's signature of it, whether the conversion cache holds it, None)
+        self.names, self.steps, self.constants, self.plan = names, steps, constants, plan
+        self.kind, self.dense = kind, dense  # formats.natural.input_kind of the recorded inputs
+
+    @classmethod
+    def record(cls, program: Any, inputs: Mapping[str, Any], stored: Mapping[str, Any],
+               plan: dict) -> "RepeatCall | None":
+        """The record of a call that ran `plan`'s kernel on `inputs` (stored: their stored forms,
+        from `program.store`), or None when some input's kind has no fast step."""
+        from sparsad.formats import StoredTensor
+        from sparsad.formats.natural import input_kind
+
+        steps, constants = [], {}
+        for name, value in inputs.items():
+            kind = type(value)
+            if kind is float or kind is int:
+                steps.append((name, _SCALAR, kind, None, None, None))
+                continue
+            tensor = stored.get(name)
+            if tensor is None:
+                return None
+            if kind is np.ndarray and name not in program.formats and _shares_values(value, tensor):
+                fields = tensor.physical_arrays(name)
+                key = f"{name}_{tensor.format.values}"
+                sizes = {k: v for k, v in fields.items() if k != key}
+                if not all(type(v) is int for v in sizes.values()):
+                    return None
+                constants.update(sizes)
+                steps.append((name, _DENSE, kind, value.shape, value.dtype, key))
+                continue
+            module = kind.__module__ or ""
+            if not (module.startswith("scipy.sparse") or kind is StoredTensor):
+                return None  # torch, jax, pydata: their conversions are not pinned by type alone
+            memo = program._bound_inputs.get(name)
+            if memo is None or memo[0] is not tensor:
+                return None
+            steps.append((name, _STORED, kind, memo[1], tensor is not value, None))
+        kind, dense = input_kind(inputs)
+        return cls(tuple(inputs), tuple(steps), constants, plan, kind, dense)
+
+    def arrays(self, program: Any, inputs: Mapping[str, Any]) -> dict | Any:
+        """The kernel's arrays for `inputs`, or MISS when they do not match the record."""
+        if len(inputs) != len(self.names) or tuple(inputs) != self.names:
+            return MISS
+        arrays = dict(self.constants)
+        for name, how, kind, expected, detail, key in self.steps:
+            value = inputs[name]
+            if type(value) is not kind:
+                return MISS
+            if how == _SCALAR:
+                arrays[name] = value
+            elif how == _DENSE:
+                if value.shape != expected or value.dtype != detail or not value.flags.c_contiguous:
+                    return MISS
+                arrays[key] = value if value.ndim == 1 else value.reshape(-1)
+            else:
+                tensor = program._conversions.reused(name, value, program.formats.get(name)) if detail else None
+                bound = program._bound(name, tensor if tensor is not None else program._store_one(name, value))
+                if bound[1] != expected:
+                    return MISS
+                arrays.update(bound[2])
+        return arrays
+
+
+def _shares_values(value: np.ndarray, tensor: Any) -> bool:
+    """Whether a dense stored form's values array is `value`'s own buffer, in row-major order."""
+    values = getattr(tensor, "values", None)
+    return bool(value.ndim >= 1 and value.flags.c_contiguous and value.dtype in _FLOATS
+                and tensor.format.is_dense and tuple(tensor.format.mode_order) == tuple(range(value.ndim))
+                and isinstance(values, np.ndarray) and values.dtype == value.dtype and values.size == value.size
+                and values.__array_interface__["data"][0] == value.__array_interface__["data"][0])

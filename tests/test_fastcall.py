@@ -1,0 +1,189 @@
+"""The repeated-call fast path (sparsad.fastcall): a call like the last compiled one skips the plan
+lookup, but never gives a stale answer (inputs changed in place, replaced arrays, other shapes,
+dtypes, types, positional or keyword order) and never skips a validation (bad inputs raise the
+errors of a first call)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sparsad
+from sparsad.errors import SparsadError
+
+SPMV = "sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }"
+RIDGE = """(sum(<i, r> in A) let z = (sum(<j, a> in r) a * x(j)) - y(i) in z * z)
+           + lam * (sum(<j, v> in x) v * v)"""
+ROWDOT = "sum(<i, r> in M) sum(<j, m> in r) m * u(i)"  # a dense matrix input (2-D ndarray)
+
+
+@pytest.fixture(scope="module")
+def spmv():
+    return sparsad.compile(SPMV)
+
+
+@pytest.fixture(scope="module")
+def ridge_grads():
+    return {w: sparsad.grad(RIDGE, wrt=w) for w in ("lam", "x")}
+
+
+def _matrix(seed: int, shape=(6, 5)) -> sp.csr_matrix:
+    A = sp.random(*shape, density=0.5, format="csr", random_state=seed)
+    A.sum_duplicates()
+    return A
+
+
+def _ridge_grad(A, x, y, lam, wrt):
+    return float(x @ x) if wrt == "lam" else 2 * A.T @ (A @ x - y) + 2 * lam * x
+
+
+def test_a_repeated_call_takes_the_fast_path_and_reads_values_changed_in_place(spmv):
+    A, x = _matrix(1), np.random.default_rng(1).standard_normal(5)
+    np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)
+    assert spmv._repeat is not None  # recorded after the compiled call
+    x[2] += 3.0  # the dense input, in place
+    np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)
+    A.data *= -2.0  # the sparse input's values, in place
+    np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)
+    columns = slice(A.indptr[0], A.indptr[1])  # row 0's columns, moved in place (kept sorted, unique)
+    A.indices[columns] = np.sort((A.indices[columns] + 1) % 5)
+    np.testing.assert_allclose(spmv(A=A, x=x), A.toarray() @ x, rtol=1e-13)
+
+
+def test_an_index_changed_in_place_to_an_invalid_one_raises_on_the_fast_path(spmv):
+    A, x = _matrix(2), np.ones(5)
+    spmv(A=A, x=x)
+    spmv(A=A, x=x)
+    A.indices[0] = 99  # out of range for 5 columns: validated again, as on a first call
+    with pytest.raises(SparsadError):
+        spmv(A=A, x=x)
+
+
+def test_replaced_arrays_other_shapes_and_dtypes_are_not_reused(spmv):
+    rng = np.random.default_rng(3)
+    A, x = _matrix(3), rng.standard_normal(5)
+    spmv(A=A, x=x)
+    A.data = rng.standard_normal(A.nnz)  # a new values array on the same matrix object
+    np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)
+    B = _matrix(4, shape=(8, 7))  # another shape: another plan
+    x7 = rng.standard_normal(7)
+    np.testing.assert_allclose(spmv(A=B, x=x7), B @ x7, rtol=1e-13)
+    x32 = x.astype(np.float32)  # another dtype
+    np.testing.assert_allclose(spmv(A=A, x=x32), A @ x32.astype(np.float64), rtol=1e-5)
+    xi = np.arange(5)  # an integer array is converted (a copy), not passed on
+    np.testing.assert_allclose(spmv(A=A, x=xi), A @ xi.astype(np.float64), rtol=1e-13)
+    strided = rng.standard_normal(10)[::2]  # not contiguous
+    np.testing.assert_allclose(spmv(A=A, x=strided), A @ strided, rtol=1e-13)
+    np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)
+
+
+def test_a_dense_matrix_reshaped_in_place_is_not_read_with_the_old_shape():
+    rowdot = sparsad.compile(ROWDOT)
+    M, u = np.arange(12.0).reshape(3, 4), np.array([1.0, 2.0, 3.0])
+    assert rowdot(M=M, u=u) == pytest.approx(float(u @ M.sum(1)))
+    M.shape = (4, 3)  # the same object and buffer, another shape
+    u4 = np.array([1.0, -1.0, 2.0, 0.5])
+    assert rowdot(M=M, u=u4) == pytest.approx(float(u4 @ M.sum(1)))
+    with pytest.raises(SparsadError):  # the old u no longer fits: the error of a first call
+        rowdot(M=M, u=u)
+
+
+def test_positional_and_keyword_calls_in_any_order_agree(spmv):
+    A, x = _matrix(5), np.random.default_rng(5).standard_normal(5)
+    expected = A @ x
+    for call in (lambda: spmv(A, x), lambda: spmv(A=A, x=x), lambda: spmv(x=x, A=A), lambda: spmv(A, x=x)):
+        np.testing.assert_allclose(call(), expected, rtol=1e-13)
+        np.testing.assert_allclose(call(), expected, rtol=1e-13)  # the repeat of that call
+
+
+def test_bad_inputs_after_fast_calls_raise_the_errors_of_a_first_call(spmv):
+    A, x = _matrix(6), np.ones(5)
+    spmv(A=A, x=x)
+    spmv(A=A, x=x)
+    fresh = sparsad.compile(SPMV)
+    for bad in (dict(A=A), dict(A=A, x=x, z=x), dict(A=A, x="text"), dict(A=A, x=np.ones(5, complex)),
+                dict(A=A, x={0: 1.0})):
+        with pytest.raises(SparsadError) as fast_error:
+            spmv(**bad)
+        with pytest.raises(SparsadError) as first_error:
+            fresh(**bad)
+        assert type(fast_error.value) is type(first_error.value)
+        np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)  # and the next good call is right
+
+
+def test_scalar_types_are_pinned(ridge_grads):
+    rng = np.random.default_rng(7)
+    A, x, y = _matrix(7), rng.standard_normal(5), rng.standard_normal(6)
+    for lam in (0.3, 2, np.float64(0.7), 0.3):
+        for wrt, grad in ridge_grads.items():
+            np.testing.assert_allclose(grad(A=A, x=x, y=y, lam=lam), _ridge_grad(A, x, y, float(lam), wrt),
+                                       rtol=1e-12, atol=1e-14)
+
+
+def test_every_derivative_kind_is_right_on_repeated_calls_with_changing_inputs():
+    rng = np.random.default_rng(8)
+    A, x, y = _matrix(8), rng.standard_normal(5), rng.standard_normal(6)
+    kinds = {"grad": (sparsad.grad(RIDGE, wrt="x"), {}), "jacobian": (sparsad.jacobian(RIDGE, wrt="x"), {}),
+             "vjp": (sparsad.vjp(RIDGE, wrt="x"), {"cotangent": 1.5}),
+             "jvp": (sparsad.jvp(RIDGE, wrt="lam", with_primal=False), {"tangent": 0.5})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.errors.FallbackWarning)
+        for step in range(4):
+            for kind, (derivative, seed) in kinds.items():
+                got = derivative(A=A, x=x, y=y, lam=0.3, **seed)
+                if kind == "jvp":
+                    expected = 0.5 * float(x @ x)
+                else:
+                    expected = _ridge_grad(A, x, y, 0.3, "x") * seed.get("cotangent", 1.0)
+                np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13)
+            x += rng.standard_normal(5)  # in place
+            A.data[step % A.nnz] += 1.0  # in place
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["x in place", "x new", "x float32", "x strided", "A values in place",
+                                 "A values new", "A index in place", "A new", "positional", "x shorter"]),
+                min_size=1, max_size=8), st.integers(0, 2**16))
+def test_any_sequence_of_changes_between_calls_gives_the_fresh_answer(spmv, changes, seed):
+    rng = np.random.default_rng(seed)
+    A, x = _matrix(seed % 97 + 10), rng.standard_normal(5)
+    spmv(A=A, x=x)
+    for change in changes:
+        positional = False
+        if change == "x in place":
+            x[rng.integers(5)] = rng.standard_normal()
+        elif change == "x new":
+            x = rng.standard_normal(5)
+        elif change == "x float32":
+            x = rng.standard_normal(5).astype(np.float32)
+        elif change == "x strided":
+            x = rng.standard_normal(10)[::2]
+        elif change == "A values in place":
+            A.data[:] = rng.standard_normal(A.nnz)
+        elif change == "A values new":
+            A.data = rng.standard_normal(A.nnz)
+        elif change == "A index in place" and A.nnz:
+            k = int(rng.integers(A.nnz))
+            row = int(np.searchsorted(A.indptr, k, side="right") - 1)
+            free = sorted(set(range(5)) - set(A.indices[A.indptr[row]:A.indptr[row + 1]]))
+            if free:  # move one entry to a free column of its row, keeping the row sorted
+                cols = A.indices[A.indptr[row]:A.indptr[row + 1]].copy()
+                cols[k - A.indptr[row]] = free[0]
+                order = np.argsort(cols)
+                A.indices[A.indptr[row]:A.indptr[row + 1]] = cols[order]
+                A.data[A.indptr[row]:A.indptr[row + 1]] = A.data[A.indptr[row]:A.indptr[row + 1]][order]
+        elif change == "A new":
+            A = _matrix(int(rng.integers(1000)))
+        elif change == "positional":
+            positional = True
+        elif change == "x shorter":  # a shape that does not fit A: the error of a first call
+            with pytest.raises(SparsadError):
+                spmv(A=A, x=rng.standard_normal(4))
+        dense_x = np.asarray(x, dtype=np.float64)
+        got = spmv(A, x) if positional else spmv(A=A, x=x)
+        np.testing.assert_allclose(got, A.toarray() @ dense_x, rtol=1e-5 if x.dtype == np.float32 else 1e-12,
+                                   atol=1e-12)
