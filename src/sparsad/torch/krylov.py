@@ -39,6 +39,28 @@ SYMMETRIC_METHODS = ("cg", "minres")
 SYMMETRY_RTOL = 1e-5
 
 
+class KrylovInfo(ConvergenceInfo):
+    """The forward solve's ConvergenceInfo; once a backward pass has run, `adjoint` holds the
+    adjoint (gradient) solve's report, so the two iteration counts can be compared.
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> b = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    >>> x, info = st.cg(A, b, return_info=True)
+    >>> info.adjoint is None
+    True
+    >>> x.sum().backward()
+    >>> info.adjoint.converged
+    True
+    """
+
+    __slots__ = ("adjoint",)
+
+    def __init__(self, iterations: int, residual: float, converged: bool):
+        super().__init__(iterations, residual, converged)
+        self.adjoint: ConvergenceInfo | None = None
+
+
 class LinearOperator:
     """A matrix-free square operator: `matvec(v)` = A v on torch tensors of shape (n,), and
     optionally `rmatvec(v)` = A^T v (needed by the adjoint of GMRES and BiCGSTAB).
@@ -127,6 +149,7 @@ class _Preconditioner:
 
     def __init__(self, spec: Any, system: _System, symmetric: bool = False):
         self.spec, self.apply_numpy, self.apply_torch = spec, None, None
+        self.transpose_of_factor = None  # how to apply M^T without a new setup, when there is one
         if spec is None:
             return
         if isinstance(spec, str):
@@ -156,6 +179,7 @@ class _Preconditioner:
                                  f"{int(np.argmax(diagonal == 0))}] is zero (try M='ilu')")
             inverse = torch.as_tensor(1.0 / diagonal, dtype=system.values.dtype, device=system.values.device)
             self.apply_torch = lambda r: r * (inverse if r.ndim == 1 else inverse[:, None])
+            self.transpose_of_factor = self  # diag(A^T) = diag(A)
         elif name == "ilu":
             import scipy.sparse.linalg
 
@@ -168,6 +192,11 @@ class _Preconditioner:
             except RuntimeError as exc:
                 raise InputError(f"M='ilu': the incomplete LU of A failed ({exc}); try M='jacobi'") from None
             self.apply_numpy = ilu.solve
+            # the adjoint solve needs ILU(A)^T: the same factors solved transposed, no new factorisation
+            self.transpose_of_factor = _Preconditioner(None, system)
+            self.transpose_of_factor.spec = name
+            self.transpose_of_factor.apply_numpy = lambda r: ilu.solve(r, "T")
+            self.transpose_of_factor.transpose_of_factor = self
         elif name == "amg":
             try:
                 import pyamg
@@ -215,6 +244,8 @@ class _Spec:
                         self.restart)
         if self.method in SYMMETRIC_METHODS:  # A^T = A (checked): reuse the check and the preconditioner
             adjoint.checked, adjoint.preconditioner = self.checked, self.preconditioner
+        elif self.preconditioner is not None:  # M^T from M's own setup where possible (Jacobi, ILU)
+            adjoint.preconditioner = self.preconditioner.transpose_of_factor
         return adjoint
 
 
@@ -231,7 +262,7 @@ def _run(spec: _Spec, values: torch.Tensor | None, b: torch.Tensor, x0: torch.Te
                             M=None if spec.M is None else M, name="cg", warn=False)
     else:
         x, info = _scipy_solve(spec, system, M, b, x0)
-    spec.info = info
+    spec.info = info = KrylovInfo(info.iterations, info.residual, info.converged)
     if not info.converged:
         what = "adjoint (gradient) solve" if spec.transposed else "solve"
         warnings.warn(f"{spec.method}: the {what} did not converge in {info.iterations} iterations (relative "
@@ -322,7 +353,7 @@ class _KrylovSolve(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         spec, _x0, _b, values, *parameters = inputs
-        ctx.spec = spec
+        ctx.spec, ctx.info = spec, spec.info
         ctx.n_parameters = len(parameters)
         ctx.save_for_backward(output, values, *parameters)
         ctx.save_for_forward(output, values, *parameters)
@@ -331,7 +362,10 @@ class _KrylovSolve(torch.autograd.Function):
     def backward(ctx, g):
         x, values, *parameters = ctx.saved_tensors
         spec = ctx.spec
-        gb = _KrylovSolve.apply(spec.adjoint(), None, g, values, *parameters)
+        adjoint = spec.adjoint()
+        gb = _KrylovSolve.apply(adjoint, None, g, values, *parameters)
+        if ctx.info is not None:
+            ctx.info.adjoint = adjoint.info
         gvalues = None
         if values is not None and ctx.needs_input_grad[3]:
             from sparsad.torch.solve import _masked_outer
