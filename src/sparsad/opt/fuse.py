@@ -39,23 +39,31 @@ from sparsad.lang.syntax import (Binary, Const, Expr, If, Let, Lookup, Not, Rang
                                  Unique, Var, has_loop, walk)
 from sparsad.lang.types import Dict, Int, Type
 from sparsad.errors import SparsadError
-from sparsad.opt.emptiness import entry_guard, let_suspects, vanishes_on_empty
+from sparsad.opt.emptiness import entry_guard, let_suspects, may_be_empty, vanishes_on_empty
 from sparsad.opt.dce import eliminate_dead_lets
 from sparsad.opt.inline import inline_atoms
 from sparsad.opt.rewrite import Rule, _binder_types, rewrite_fixpoint
 
 
-def _sum_over_singleton(e, scope, suspects: frozenset[str] = frozenset()):
+def _sum_over_singleton(e, scope, suspects: set[str] | frozenset[str] = frozenset()):
     if isinstance(e, Sum) and isinstance(e.source, Singleton):
-        guard = _empty_entry_guard(e, e.source.value, scope, lambda: scope, suspects)
+        guard = _empty_entry_guard(e, e.source.value, scope, lambda: scope, frozenset(suspects))
         if guard is None:
             return None  # an empty value is no entry, and only a loop could tell: left to codegen
         body = e.body
         if e.val != "_":
             body = Let(e.val, e.source.value, body)
-        if e.key != "_":
-            body = Let(e.key, e.source.key, body)
+            _note_suspect(suspects, e.val, e.source.value)
+        if e.key != "_":  # `unique` holds among the singleton's siblings, not where k is used
+            body = Let(e.key, strip_unique(e.source.key), body)
         return body if guard is False else If(guard, body)
+
+
+def _note_suspect(suspects: set[str] | frozenset[str], name: str, value: Expr) -> None:
+    """A let this sweep creates binds `name` (unique after renaming) to value: when value may be
+    `{}`, a consumer fused later in the same sweep must not take name for an entry."""
+    if isinstance(suspects, set) and may_be_empty(value):
+        suspects.add(name)
 
 
 def _empty_entry_guard(e: Sum, value: Expr, scope, value_scope, suspects: frozenset[str]):
@@ -133,7 +141,7 @@ def _unique_singleton_leaf(body: Expr):
     return singleton_leaf(body, unique=True)
 
 
-def _vertical_fusion(e, scope, suspects: frozenset[str] = frozenset()):
+def _vertical_fusion(e, scope, suspects: set[str] | frozenset[str] = frozenset()):
     if not (isinstance(e, Sum) and isinstance(e.source, Sum)):
         return None
     inner = e.source
@@ -141,12 +149,13 @@ def _vertical_fusion(e, scope, suspects: frozenset[str] = frozenset()):
     if not found:
         return None
     f, g, wrap = found
-    guard = _empty_entry_guard(e, g, scope, lambda: _leaf_scope(e, scope), suspects)
+    guard = _empty_entry_guard(e, g, scope, lambda: _leaf_scope(e, scope), frozenset(suspects))
     if guard is None:
         return None  # an empty value is no entry, and only a loop could tell: left to codegen
     body = e.body
     if e.val != "_":
         body = Let(e.val, g, body)
+        _note_suspect(suspects, e.val, g)
     if e.key != "_":
         body = Let(e.key, f, body)
     if guard is not False:
@@ -198,7 +207,7 @@ def is_linear(body: Expr, name: str) -> bool:
     return lin(body)
 
 
-def _linear_vertical_fusion(e, _):
+def _linear_vertical_fusion(e, _, suspects: set[str] | frozenset[str] = frozenset()):
     """sum(<k, v> in sum(<x, y> in S) { f -> g }) b  ~>  sum(<x, y> in S) let k = f in let v = g in b,
     when b is linear in v: entries that share a key add up either way. Only for a loop-free b:
     otherwise b's loops would run once per entry of S instead of once per distinct key (the
@@ -213,6 +222,7 @@ def _linear_vertical_fusion(e, _):
         return None  # keys may repeat: a loop in b would run once per entry instead of once per key
     # a key may now repeat across iterations: what was unique per key no longer is
     body = Let(e.val, g, _strip_unique_of(e.body, e.key))
+    _note_suspect(suspects, e.val, g)
     if e.key != "_":
         body = Let(e.key, f, body)
     return Sum(e.source.key, e.source.val, e.source.source, wrap(body))
@@ -553,9 +563,11 @@ def fuse(expr: Expr, types: dict[str, Type] | None = None, extents: frozenset[st
     for _ in range(20):
         unique_names = rename_bound(expr, Fresh(all_names(expr)))
         # binders are unique now: a let-bound number that may be {} is known by its name
-        suspects = let_suspects(unique_names)
+        # and so is one that a rule of this sweep binds (the rules add it to the set)
+        suspects = set(let_suspects(unique_names))
         rules = tuple(Rule(r.name, partial(r.apply, suspects=suspects))
-                      if r.apply in (_sum_over_singleton, _vertical_fusion) else r for r in with_extents)
+                      if r.apply in (_sum_over_singleton, _vertical_fusion, _linear_vertical_fusion) else r
+                      for r in with_extents)
         fused = rewrite_fixpoint(lookups_at_own_keys(unique_names), rules, types or {}, max_sweeps=1)
         fused = eliminate_dead_lets(inline_atoms(fused))
         if fused == unique_names:
