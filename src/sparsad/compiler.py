@@ -91,6 +91,7 @@ class CompiledProgram(Program):
         self._conversions = ConversionCache()  # unchanged inputs are converted once
         self._signatures: dict[tuple, dict] = {}  # cheap per-call signature -> its plan
         self._bound_inputs: dict[str, tuple] = {}  # see _bound
+        self._reordered_arrays: dict[str, tuple] = {}  # see _reordered
         self._formats: list = []
         self._last: dict | None = None
         self._stored_last: dict = {}
@@ -136,6 +137,17 @@ class CompiledProgram(Program):
                                                tensor.physical_arrays(name))
         return memo
 
+    def _reordered(self, name: str, value: Any, tensor: StoredTensor) -> dict[str, Any]:
+        """The physical arrays of input `name` in row order (`_row_order`): converted once per
+        unchanged input (the conversion cache fingerprints the user's object: index arrays
+        always, values since the copy does not share them)."""
+        value = value if _source_object(value) else tensor
+        stored = self._conversions.stored(name + "\0rows", value, "rows", lambda: _row_order(tensor, name))
+        memo = self._reordered_arrays.get(name)
+        if memo is None or memo[0] is not stored:
+            memo = self._reordered_arrays[name] = (stored, stored.physical_arrays(name))
+        return memo[1]
+
     def plan(self, inputs: Mapping[str, Any]) -> dict:
         stored, scalars = self.store(inputs)
         self._stored_last = stored
@@ -143,17 +155,18 @@ class CompiledProgram(Program):
         # signature of those finds it without re-deriving the logical types (per-call overhead)
         # (formats by identity: hashing a format's levels costs more; `_formats` keeps them alive)
         bound = [self._bound(n, s) for n, s in stored.items()]
-        signature = (tuple(b[1] for b in bound), tuple((n, type(v)) for n, v in scalars.items()))
+        shared = _shared_patterns(stored)
+        signature = (tuple(b[1] for b in bound), tuple((n, type(v)) for n, v in scalars.items()), shared)
         plan = self._signatures.get(signature)
         if plan is None:  # the plan of these types and formats (hashing them costs per call: once)
             self._formats.extend(s.format for s in stored.values())
             logical_types = {n: t.logical_type() for n, t in stored.items()}
             logical_types.update({n: value_type(v) for n, v in scalars.items()})
             key = (tuple(sorted((n, t, tuple(extents(t))) for n, t in logical_types.items())),
-                   tuple(sorted((n, s.format.describe(), str(s.values.dtype)) for n, s in stored.items())))
+                   tuple(sorted((n, s.format.describe(), str(s.values.dtype)) for n, s in stored.items())), shared)
             if key not in self._plans:
                 dense = self.dense_like in stored and stored[self.dense_like].format.is_dense
-                self._plans[key] = self._make_plan(logical_types, stored, dense)
+                self._plans[key] = self._make_plan(logical_types, stored, dense, shared)
             plan = self._signatures[signature] = self._plans[key]
         self._check_keys(plan, inputs)
         if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
@@ -161,8 +174,14 @@ class CompiledProgram(Program):
             self._last = plan
             return plan
         arrays = dict(scalars)
+        reorder = plan["reorder"]
         for b in bound:
-            arrays.update(b[2])
+            if not reorder or b[1][0] not in reorder:
+                arrays.update(b[2])
+        for name in reorder:  # read in row order: the input's row-order copy, made once
+            arrays.update(self._reordered(name, inputs[name], stored[name]))
+        for name in plan["unread"]:  # index arrays of an input read by position (shared pattern)
+            arrays.pop(name, None)
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
@@ -183,7 +202,7 @@ class CompiledProgram(Program):
                           "program's lookups in the interpreter before the kernel runs", FallbackWarning,
                           stacklevel=4)
 
-    def _make_plan(self, logical_types: dict, stored: dict, dense: bool = False) -> dict:
+    def _make_plan(self, logical_types: dict, stored: dict, dense: bool = False, shared: tuple = ()) -> dict:
         """Optimize and generate code for one signature of the inputs (types, formats, dtypes).
         `dense`: the result is dense (a derivative w.r.t. a dense input) and becomes an ndarray."""
         logical = (self._build(logical_types, dense) if dense else self._build(logical_types)) \
@@ -200,12 +219,23 @@ class CompiledProgram(Program):
         base_types = {n: t for n, t in logical_types.items() if n in self.base._input_names()}
         plan = dict(logical=logical, physical=None, stages={}, kernel=None, result_type=result_type,
                     key_checks=key_checks(self.base.expr, base_types),
-                    shape=shape, reason=None, derived=(), natural="dense" if output == "dense" else "natural")
+                    shape=shape, reason=None, derived=(), reorder=(), unread=(), natural="dense" if output == "dense" else "natural")
         try:
             # interchange makes rows of a sparse result come out in order; a dense result is
             # written in place at any key, and the transposed pattern would cost O(nnz) per call
             passes = self.passes - {"interchange"} if output == "dense" else self.passes
             physical, stages = optimize(logical, logical_types, stored, passes, where=f" on {self.label}")
+            # an input the program reads in an order its storage does not give (a CSC read by
+            # rows, a COO by nested levels) keeps its definition, a transposition built per call
+            # in hash maps: such inputs are reordered once per unchanged input (`_reordered`)
+            reorder = tuple(name for name in sorted(stored) if _read_out_of_order(physical, name, stored[name]))
+            if reorder:
+                stored = {**stored, **{name: _row_order(stored[name], name) for name in reorder}}
+                physical, stages = optimize(logical, logical_types, stored, passes, where=f" on {self.label}")
+                plan["reorder"] = reorder
+            if shared:  # inputs with one pattern: the second is read at the first's positions
+                physical, plan["unread"] = _read_shared_by_position(physical, stored, shared)
+                stages = {**stages, "positional": physical}
             _, array_types = physical_inputs(stored)
             physical_types = {**{n: t for n, t in logical_types.items() if n not in stored}, **array_types}
             derived = derivation_spec(physical, physical_types)  # arrays `interchange` reads
@@ -335,6 +365,92 @@ def _iterable(tensor: StoredTensor, name: str) -> StoredTensor:
     """The tensor in a format whose levels loops can walk one mode at a time: an n-d COO becomes
     CSF (O(nnz), once per unchanged input); every other format is kept."""
     return as_format(tensor, "csf", name=name) if _needs_levels(tensor) else tensor
+
+
+def _out_of_order_format(tensor: StoredTensor) -> bool:
+    """A sparse format whose levels do not hold the logical modes in order, one entry per key
+    path (CSC, column-major, COO with its repeated row level and singleton column level)."""
+    fmt = tensor.format
+    return not fmt.is_dense and (fmt.mode_order != tuple(range(len(fmt.levels))) or any(
+        isinstance(level, Singleton) or not level.unique for level in fmt.levels))
+
+
+def _read_out_of_order(physical: Expr, name: str, tensor: StoredTensor) -> bool:
+    """Whether the optimized program still builds input `name` from its definition (no loop
+    was fused onto its storage): for an out-of-order format that is a transposition or
+    grouping into nested hash maps on every call."""
+    if not _out_of_order_format(tensor):
+        return False
+    from sparsad.lang.names import alpha_equal
+    from sparsad.lang.syntax import walk
+
+    definition = tensor.physical_definition(name)
+    return any(type(e) is type(definition) and alpha_equal(e, definition) for e in walk(physical))
+
+
+def _shared_patterns(stored: Mapping[str, StoredTensor]) -> tuple[tuple[str, str], ...]:
+    """(second, first) for each sparse input whose pattern (format, shape and every index
+    array) equals an earlier input's, e.g. a tangent of a matrix: checked on every call, since
+    the plan reads the second input at the first's positions. O(nnz) comparisons, often none
+    (same arrays)."""
+    pairs: list[tuple[str, str]] = []
+    names = sorted(n for n, t in stored.items() if not t.format.is_dense and t.nnz > 0)
+    for k, second in enumerate(names):
+        for first in names[:k]:
+            if _same_pattern(stored[first], stored[second]):
+                pairs.append((second, first))
+                break
+    return tuple(pairs)
+
+
+def _same_pattern(a: StoredTensor, b: StoredTensor) -> bool:
+    if a.format is not b.format and a.format != b.format or a.shape != b.shape:
+        return False
+    for field, x in a.fields.items():
+        y = b.fields[field]
+        if x is a.values or x is y:
+            continue
+        if isinstance(x, np.ndarray):
+            if not (isinstance(y, np.ndarray) and x.shape == y.shape and np.array_equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _read_shared_by_position(physical: Expr, stored: Mapping[str, StoredTensor],
+                             shared: tuple[tuple[str, str], ...]) -> tuple[Expr, tuple[str, ...]]:
+    """The physical program with each second input's index arrays renamed to the first's (equal
+    on this call), then lookups of the second at the first's keys read by position
+    (`opt.positional`); also the renamed arrays, which the kernel no longer takes."""
+    from sparsad.lang.rebuild import substitute
+    from sparsad.lang.syntax import Var, free_vars
+    from sparsad.opt.positional import read_by_position
+
+    unread = []
+    for second, first in shared:
+        if stored[second].format != stored[first].format:  # one of them was reordered: layouts differ
+            continue
+        ours, theirs = stored[second].physical_arrays(second), stored[first].physical_arrays(first)
+        values = stored[second].values
+        for (name, array), (other, _) in zip(ours.items(), theirs.items()):
+            if array is not values and name in free_vars(physical):
+                physical = substitute(physical, name, Var(other))
+                unread.append(name)
+    return read_by_position(physical), tuple(unread)
+
+
+def _row_order(tensor: StoredTensor, name: str) -> StoredTensor:
+    """The tensor stored in the logical order of its modes: CSR for a matrix, CSF above
+    (O(nnz) for a CSC; a sort for a COO). Same entries, same logical value."""
+    return as_format(tensor, "csr" if tensor.ndim == 2 else "csf", name=name)
+
+
+def _source_object(value: Any) -> bool:
+    """Whether the conversion cache can fingerprint `value` itself (scipy, numpy, StoredTensor)."""
+    from sparsad.codegen.reuse import source_arrays
+
+    return source_arrays(value) is not None
 
 
 def _short(text: str, limit: int = 60) -> str:
