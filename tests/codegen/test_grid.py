@@ -91,3 +91,56 @@ def test_the_rows_of_an_iterated_grid_hold_exactly_the_written_keys(make_physica
         result = kernel(**arrays)
         np.testing.assert_allclose(result, expected[:n], rtol=1e-12, atol=1e-12)
         assert values_equal(result, evaluate(program, arrays), rtol=1e-12, atol=1e-12)
+
+
+# a hidden layer H = tanh(A X W1) read by row in a second layer: each row of H is written whole
+# (its columns come from a loop over a vector that a dense matrix wrote whole), so H and the
+# adjoint of H are grids, and the rows of an empty row of A stay absent (the marks say so)
+TWO_LAYERS = """
+let H = sum(<i, r> in A) {
+          i -> let h = sum(<j, a> in r) a * X(j) in
+               let z = sum(<f, hf> in h) hf * W1(f) in
+               sum(<o, zo> in z) { o -> tanh(zo) } } in
+sum(<i, r> in A)
+  let g = sum(<j, a> in r) a * H(j) in
+  let z2 = sum(<o, go> in g) go * W2(o) in
+  (sum(<c, zc> in z2) zc * zc) + 0.5 * (sum(<k, _> in H(i)) 1.0)"""
+
+
+def _two_layer_closed_form(a, x, w1, w2):
+    """(value, d/dW1, d/dW2) with NumPy; the count term is the width of H's nonempty rows."""
+    ax = a @ x
+    h = np.tanh(ax @ w1)
+    z2 = a @ h @ w2
+    nonempty = np.diff(a.indptr) > 0
+    value = float(np.sum(z2 ** 2)) + 0.5 * w1.shape[1] * nonempty.sum()
+    g2 = 2 * z2
+    dh = a.T @ (g2 @ w2.T)
+    return value, ax.T @ (dh * (1 - h ** 2)), (a @ h).T @ g2
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3),
+       st.sampled_from([0.0, 0.2, 0.5]), st.integers(0, 2**16))
+def test_a_hidden_layer_read_by_rows_is_a_grid_in_value_and_gradients(make_csr, n, f, hidden, out, density,
+                                                                      seed):
+    import warnings
+
+    import sparsad
+
+    rng = np.random.default_rng(seed)
+    a = make_csr(n, n, density, seed)
+    inputs = dict(A=a, X=rng.standard_normal((n, f)), W1=rng.standard_normal((f, hidden)),
+                  W2=rng.standard_normal((hidden, out)))
+    value, d_w1, d_w2 = _two_layer_closed_form(a, inputs["X"], inputs["W1"], inputs["W2"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.FallbackWarning)
+        compiled = sparsad.compile(TWO_LAYERS)
+        assert np.isclose(compiled(**inputs), value, rtol=1e-12, atol=1e-12)
+        assert "Dict.empty" not in compiled.show("code")
+        for wrt, expected in (("W1", d_w1), ("W2", d_w2)):
+            got = sparsad.grad(TWO_LAYERS, wrt)(**inputs)
+            assert isinstance(got, np.ndarray)
+            np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+            reference = sparsad.grad(TWO_LAYERS, wrt, interpret=True)(**inputs)
+            np.testing.assert_allclose(got, np.asarray(reference), rtol=1e-12, atol=1e-12)

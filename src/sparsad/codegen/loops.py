@@ -911,9 +911,30 @@ def _writes_whole_rows(value: Expr, outside: Callable[[Expr], str | None] = lamb
     columns, so its dense row costs no more than its hash row. A CSC definition (the column
     loop outside the row key's loop) writes one entry per row and column: not so.
     `outside(source)` says what a name bound outside value is: "range", or "row" for a lookup
-    of a row of a matrix itself written by whole rows (its keys are then such a range)."""
+    of a row of a matrix itself written by whole rows (its keys are then such a range).
+    A loop over a vector that is itself written whole (`sum(<col, x> in h)` where every entry of
+    h has its key drawn from such a loop, as a dense row times a dense matrix) counts as a
+    loop over its range: a hidden layer `tanh(A X W)` is a grid, not hash rows."""
+    return _whole_keyed(value, 2, outside, frozenset())
+
+
+def _whole_keyed(value: Expr, depth: int, outside: Callable[[Expr], str | None],
+                 whole: frozenset[str]) -> bool:
+    """Whether every entry of value (at key depth `depth`, 1 or 2) has its last key drawn from
+    a loop over a range or over a vector written whole, a loop the earlier key does not vary in.
+    `whole`: names bound outside value to vectors written whole."""
     entries, verdicts = 0, []
     ranges: set[str] = set()  # names let-bound to a range inside value
+    wholes: set[str] = set(whole)  # names let-bound to a vector written whole
+
+    def kind_of(src: Expr) -> str | None:
+        if isinstance(src, Range) or (isinstance(src, Var) and src.name in ranges):
+            return "range"
+        if isinstance(src, Var) and src.name in wholes:
+            return "row"
+        if isinstance(src, (Sum, Let)) and _whole_keyed(src, 1, outside, frozenset(wholes)):
+            return "row"
+        return outside(src)
 
     def visit(e: Expr, bound: tuple[str, ...], column_loops: dict[str, int], result: bool) -> None:
         """`result`: e is on the path of the entries of value (not a let's value, a source...)."""
@@ -924,8 +945,7 @@ def _writes_whole_rows(value: Expr, outside: Callable[[Expr], str | None] = lamb
                 inner = dict(column_loops)
                 inner.pop(k, None)
                 inner.pop(v, None)
-                kind = "range" if isinstance(src, Range) or (isinstance(src, Var) and src.name in ranges) \
-                    else outside(src)
+                kind = kind_of(src) if result else None
                 if kind == "range" and v != "_":
                     inner[v] = len(bound)  # the names bound from here on vary in this loop
                 elif kind == "row" and k != "_":
@@ -935,12 +955,16 @@ def _writes_whole_rows(value: Expr, outside: Callable[[Expr], str | None] = lamb
                 visit(x, bound, column_loops, False)
                 inner = dict(column_loops)
                 inner.pop(n, None)
+                ranges.discard(n)
+                wholes.discard(n)
                 if isinstance(x, Range):
                     ranges.add(n)
+                elif isinstance(x, (Sum, Let)) and _whole_keyed(x, 1, outside, frozenset(wholes)):
+                    wholes.add(n)
                 visit(b, bound + (n,), inner, result)
             case LetTuple():
                 verdicts.append(False)
-            case Singleton(key=row, value=Singleton(key=column)) if result:
+            case Singleton(key=row, value=Singleton(key=column)) if result and depth == 2:
                 entries += 1
                 while isinstance(row, Unique):
                     row = row.operand
@@ -949,8 +973,31 @@ def _writes_whole_rows(value: Expr, outside: Callable[[Expr], str | None] = lamb
                 start = column_loops.get(column.name) if isinstance(column, Var) else None
                 verdicts.append(start is not None and not (free_vars(row) & set(bound[start:])))
                 visit(e.value.value, bound, column_loops, False)
+            case Singleton(key=column) if result and depth == 1:
+                entries += 1
+                while isinstance(column, Unique):
+                    column = column.operand
+                verdicts.append(isinstance(column, Var) and column.name in column_loops)
+                visit(e.value, bound, column_loops, False)
             case Singleton() if result:
                 verdicts.append(False)  # a row built some other way: not known to be whole
+            case If(cond=c, then=t, orelse=o) if result and depth == 1:
+                visit(c, bound, column_loops, False)
+                for branch in (t, o):
+                    if branch is not None:
+                        visit(branch, bound, column_loops, True)
+            case Var(name=n) if result and depth == 1 and n in wholes:
+                entries += 1  # a vector written whole, as it is
+            case Lookup() if result and depth == 1 and outside(e) == "row":
+                entries += 1  # a row of a matrix written by whole rows
+            case Lookup() | Call() if result and depth == 1:
+                # a number (a scale: the physical inputs are arrays of numbers) or a vector of
+                # unknown keys: only a guide to cost, as the grid marks what it holds either way
+                for child in children(e):
+                    visit(child, bound, column_loops, False)
+            case Binary() | Neg() if result and depth == 1:
+                for child in children(e):  # a sum, difference or scaling of vectors
+                    visit(child, bound, column_loops, True)
             case _:
                 for child in children(e):
                     visit(child, bound, column_loops, result)
