@@ -187,3 +187,13 @@ def test_any_sequence_of_changes_between_calls_gives_the_fresh_answer(spmv, chan
         got = spmv(A, x) if positional else spmv(A=A, x=x)
         np.testing.assert_allclose(got, A.toarray() @ dense_x, rtol=1e-5 if x.dtype == np.float32 else 1e-12,
                                    atol=1e-12)
+
+
+def test_results_keep_the_kind_of_the_inputs_on_repeated_calls():
+    scale = sparsad.compile("sum(<i, r> in A) { i -> sum(<j, a> in r) { j -> 2.0 * a } }")
+    A = _matrix(9)
+    for matrix, kind in ((sp.csr_array(A), sp.csr_array), (A, sp.csr_matrix), (sp.csr_array(A), sp.csr_array)):
+        for _ in range(2):  # the full call, then its repeat
+            result = scale(A=matrix)
+            assert type(result) is kind
+            np.testing.assert_allclose(result.toarray(), 2.0 * A.toarray(), rtol=1e-13)

@@ -94,7 +94,6 @@ class CompiledProgram(Program):
         self._reordered_arrays: dict[str, tuple] = {}  # see _reordered
         self._formats: list = []
         self._last: dict | None = None
-        self._stored_last: dict = {}
         self._repeat = None  # fastcall.RepeatCall: the last compiled call, for calls like it
 
     @property
@@ -150,7 +149,6 @@ class CompiledProgram(Program):
 
     def plan(self, inputs: Mapping[str, Any]) -> dict:
         stored, scalars = self.store(inputs)
-        self._stored_last = stored
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
         # (formats by identity: hashing a format's levels costs more; `_formats` keeps them alive)
@@ -294,7 +292,7 @@ class CompiledProgram(Program):
                 self._fall_back(plan["reason"], "the optimized program", stacklevel=4)
             else:
                 if out_format == "natural":
-                    self._repeat = RepeatCall.record(self, inputs, self._stored_last, plan)
+                    self._repeat = RepeatCall.record(self, inputs, plan)
                 return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], plan.pop("inputs"))

@@ -55,10 +55,9 @@ class RepeatCall:
         self.kind, self.dense = kind, dense  # formats.natural.input_kind of the recorded inputs
 
     @classmethod
-    def record(cls, program: Any, inputs: Mapping[str, Any], stored: Mapping[str, Any],
-               plan: dict) -> "RepeatCall | None":
-        """The record of a call that ran `plan`'s kernel on `inputs` (stored: their stored forms,
-        from `program.store`), or None when some input's kind has no fast step."""
+    def record(cls, program: Any, inputs: Mapping[str, Any], plan: dict) -> "RepeatCall | None":
+        """The record of a call that just ran `plan`'s kernel on `inputs` (their stored forms are
+        the program's last bound tensors), or None when some input's kind has no fast step."""
         from sparsad.formats import StoredTensor
         from sparsad.formats.natural import input_kind
 
@@ -68,9 +67,10 @@ class RepeatCall:
             if kind is float or kind is int:
                 steps.append((name, _SCALAR, kind, None, None, None))
                 continue
-            tensor = stored.get(name)
-            if tensor is None:
+            memo = program._bound_inputs.get(name)
+            if memo is None:
                 return None
+            tensor = memo[0]
             if kind is np.ndarray and name not in program.formats and _shares_values(value, tensor):
                 fields = tensor.physical_arrays(name)
                 key = f"{name}_{tensor.format.values}"
@@ -83,9 +83,6 @@ class RepeatCall:
             module = kind.__module__ or ""
             if not (module.startswith("scipy.sparse") or kind is StoredTensor):
                 return None  # torch, jax, pydata: their conversions are not pinned by type alone
-            memo = program._bound_inputs.get(name)
-            if memo is None or memo[0] is not tensor:
-                return None
             steps.append((name, _STORED, kind, memo[1], tensor is not value, None))
         kind, dense = input_kind(inputs)
         return cls(tuple(inputs), tuple(steps), constants, plan, kind, dense)
