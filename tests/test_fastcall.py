@@ -197,3 +197,38 @@ def test_results_keep_the_kind_of_the_inputs_on_repeated_calls():
             result = scale(A=matrix)
             assert type(result) is kind
             np.testing.assert_allclose(result.toarray(), 2.0 * A.toarray(), rtol=1e-13)
+
+
+HADAMARD = "sum(<i, r> in A) sum(<j, a> in r) a * B(i)(j)"
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_a_second_operand_read_at_the_first_ones_positions_is_rechecked_on_every_call(fmt):
+    """A plan that reads B at A's positions (same pattern on the first call) must not be reused
+    once B's pattern differs, even with the same format, shape and number of entries."""
+    hadamard = sparsad.compile(HADAMARD)
+    A = sp.random(7, 6, density=0.4, format=fmt, random_state=1)
+    A.data = np.arange(1.0, A.nnz + 1)
+    B = A.copy()
+    B.data = B.data * 3.0
+    assert np.isclose(hadamard(A=A, B=B), A.multiply(B).sum())
+    assert np.isclose(hadamard(A=A, B=B), A.multiply(B).sum())  # repeated: same pattern
+    dense = A.toarray()
+    shifted = np.roll(dense != 0, 1, axis=1) * 2.0  # another pattern, the same number of entries
+    C = sp.csr_matrix(shifted).asformat(fmt)
+    assert C.nnz == A.nnz
+    for _ in range(2):
+        assert np.isclose(hadamard(A=A, B=C), float((dense * shifted).sum()))
+
+
+@pytest.mark.parametrize("fmt", ["csc", "coo"])
+def test_inputs_read_through_a_row_order_copy_repeat_correctly(fmt):
+    """A CSC/COO input read by rows goes through its row-order copy on every call, also on a
+    repeated call (values changed in place are seen)."""
+    program = sparsad.compile("sum(<i, r> in A) sum(<j, a> in r) a * B(i)(j + 1)")
+    A = sp.random(5, 6, density=0.5, format=fmt, random_state=2)
+    B = np.random.default_rng(3).standard_normal((5, 7))
+    expected = lambda: float((A.toarray() * B[:, 1:]).sum())  # noqa: E731
+    for _ in range(3):
+        assert np.isclose(program(A=A, B=B), expected())
+        A.data *= 2.0

@@ -15,6 +15,9 @@ to check to know that the same plan applies, and the one step that makes its ker
   same checksum; a changed one is converted and validated again), whose signature must be the
   plan's.
 
+A plan that reads an input through its row-order copy, or reads an input at the positions of
+another with the same pattern (a tangent), gets no record: the full path re-checks the patterns.
+
 A call that does not match (other names or order, another type, shape or dtype) takes the full
 path, which records a new `RepeatCall`. The kernel still runs its bounds guard on every call,
 and invalid inputs raise the same errors as on the full path (they fail the match or the
@@ -61,6 +64,10 @@ class RepeatCall:
         from sparsad.formats import StoredTensor
         from sparsad.formats.natural import input_kind
 
+        if plan.get("reorder") or plan.get("shared"):
+            # the plan reads row-order copies, or one input at another's positions (valid only
+            # while their patterns are equal): the full path checks both on every call
+            return None
         steps, constants = [], {}
         for name, value in inputs.items():
             kind = type(value)
