@@ -217,7 +217,7 @@ class CompiledProgram(Program):
         base_types = {n: t for n, t in logical_types.items() if n in self.base._input_names()}
         plan = dict(logical=logical, physical=None, stages={}, kernel=None, result_type=result_type,
                     key_checks=key_checks(self.base.expr, base_types),
-                    shape=shape, reason=None, derived=(), reorder=(), unread=(), natural="dense" if output == "dense" else "natural")
+                    shape=shape, reason=None, derived=(), reorder=(), unread=(), shared=shared, natural="dense" if output == "dense" else "natural")
         try:
             # interchange makes rows of a sparse result come out in order; a dense result is
             # written in place at any key, and the transposed pattern would cost O(nnz) per call
