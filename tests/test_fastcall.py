@@ -232,3 +232,50 @@ def test_inputs_read_through_a_row_order_copy_repeat_correctly(fmt):
     for _ in range(3):
         assert np.isclose(program(A=A, B=B), expected())
         A.data *= 2.0
+LSQ = "sum(<i, r> in A) let z = (sum(<j, a> in r) a * x(j)) - y(i) in z * z"
+
+
+def _lsq(A, x, y) -> float:
+    stored_rows = np.diff(sp.csr_matrix(A).indptr) > 0  # the program sums over the rows A stores
+    residual = np.where(stored_rows, A.toarray() @ x - y, 0.0)
+    return float(residual @ residual)
+
+
+@pytest.mark.parametrize("fmt", ["csc", "coo"])
+def test_repeated_calls_on_an_input_read_out_of_storage_order_read_its_row_order_copy(fmt):
+    # a square CSC/COO read by rows runs on a row-order copy; a repeated call must pass that copy,
+    # not the user's column-order arrays (read as rows they are the transpose: a wrong value)
+    rng = np.random.default_rng(3)
+    A = sp.random(7, 7, density=0.4, format=fmt, random_state=4)
+    x, y = rng.standard_normal(7), rng.standard_normal(7)
+    lsq = sparsad.compile(LSQ)
+    for step in range(4):
+        if step == 2:
+            A.data[:] = rng.standard_normal(A.nnz)  # changed in place: a new row-order copy
+        if step == 3 and fmt == "csc":
+            A.indices[:] = A.indices[::-1].copy()  # another pattern, same arrays
+            A.has_sorted_indices = False
+        if step == 3 and fmt == "coo":
+            A.row[:] = A.row[::-1].copy()
+        assert lsq(A=A, x=x, y=y) == pytest.approx(_lsq(A, x, y), rel=1e-12, abs=1e-12)
+
+
+def test_a_tangent_read_at_its_matrix_positions_is_checked_for_that_pattern_on_repeated_calls():
+    # the plan of a tangent with A's pattern reads it by position; a repeated call with a tangent
+    # of the same kind, shape and nnz but another pattern must not run that plan
+    rng = np.random.default_rng(5)
+    A = _matrix(11, shape=(6, 6))
+    x = rng.standard_normal(6)
+    mask = A.toarray() != 0
+    jvp = sparsad.jvp(SPMV, wrt="A", with_primal=False)
+    same = A.copy()
+    same.data = rng.standard_normal(A.nnz)
+    other = same.copy()
+    other.indices = (other.indices + 1) % 6  # same nnz and row counts, other columns
+    other.has_sorted_indices = False
+    other.sort_indices()
+    assert other.nnz == A.nnz and not np.array_equal(other.indices, A.indices)
+    for tangent in (same, same, other, other, same):
+        got = jvp(A=A, x=x, tangent=tangent)
+        got = got.toarray().ravel() if sp.issparse(got) else np.asarray(got)
+        np.testing.assert_allclose(got, np.where(mask, tangent.toarray(), 0.0) @ x, rtol=1e-12, atol=1e-12)

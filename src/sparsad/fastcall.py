@@ -13,10 +13,10 @@ to check to know that the same plan applies, and the one step that makes its ker
 - anything else (scipy.sparse, StoredTensor): the same type, and the program's own conversion
   step (`codegen.reuse`: an unchanged matrix is reused only when its index arrays still have the
   same checksum; a changed one is converted and validated again), whose signature must be the
-  plan's.
-
-A plan that reads an input through its row-order copy, or reads an input at the positions of
-another with the same pattern (a tangent), gets no record: the full path re-checks the patterns.
+  plan's. An input the plan reads in row order (`plan["reorder"]`: a CSC or COO read by rows)
+  gets its row-order copy (`CompiledProgram._reordered`, reused only while unchanged); inputs
+  the plan reads at another input's positions (`plan["shared"]`: a tangent with its matrix's
+  pattern) must still have that pattern, checked on every call as on the full path.
 
 A call that does not match (other names or order, another type, shape or dtype) takes the full
 path, which records a new `RepeatCall`. The kernel still runs its bounds guard on every call,
@@ -48,7 +48,7 @@ _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
 class RepeatCall:
     """What a repeated call of one plan checks and does, per input (see the module docstring)."""
 
-    __slots__ = ("names", "steps", "constants", "plan", "kind", "dense")
+    __slots__ = ("names", "steps", "constants", "plan", "kind", "dense", "reorder", "shared", "unread")
 
     def __init__(self, names: tuple, steps: tuple, constants: dict, plan: dict, kind: str | None, dense: bool):
         # steps, one per input in call order: (name, how, type, then per `how`)
@@ -56,6 +56,10 @@ class RepeatCall:
         #   _STORED: (the plan's signature of it, whether the conversion cache holds it, None)
         self.names, self.steps, self.constants, self.plan = names, steps, constants, plan
         self.kind, self.dense = kind, dense  # formats.natural.input_kind of the recorded inputs
+        # inputs read through a row-order copy; (second, first) pairs read by position; the
+        # index arrays the kernel no longer takes (see CompiledProgram._make_plan)
+        self.reorder = frozenset(plan.get("reorder", ()))
+        self.shared, self.unread = tuple(plan.get("shared", ())), tuple(plan.get("unread", ()))
 
     @classmethod
     def record(cls, program: Any, inputs: Mapping[str, Any], plan: dict) -> "RepeatCall | None":
@@ -64,10 +68,6 @@ class RepeatCall:
         from sparsad.formats import StoredTensor
         from sparsad.formats.natural import input_kind
 
-        if plan.get("reorder") or plan.get("shared"):
-            # the plan reads row-order copies, or one input at another's positions (valid only
-            # while their patterns are equal): the full path checks both on every call
-            return None
         steps, constants = [], {}
         for name, value in inputs.items():
             kind = type(value)
@@ -99,6 +99,7 @@ class RepeatCall:
         if len(inputs) != len(self.names) or tuple(inputs) != self.names:
             return MISS
         arrays = dict(self.constants)
+        tensors = {} if self.shared else None
         for name, how, kind, expected, detail, key in self.steps:
             value = inputs[name]
             if type(value) is not kind:
@@ -114,7 +115,18 @@ class RepeatCall:
                 bound = program._bound(name, tensor if tensor is not None else program._store_one(name, value))
                 if bound[1] != expected:
                     return MISS
-                arrays.update(bound[2])
+                if tensors is not None:
+                    tensors[name] = bound[0]
+                arrays.update(program._reordered(name, value, bound[0]) if name in self.reorder else bound[2])
+        if tensors is not None:  # the plan reads `second` at `first`'s positions: same pattern?
+            from sparsad.compiler import _same_pattern
+
+            for second, first in self.shared:
+                if second not in tensors or first not in tensors or \
+                        not _same_pattern(tensors[first], tensors[second]):
+                    return MISS
+        for name in self.unread:
+            arrays.pop(name, None)
         return arrays
 
 
