@@ -40,6 +40,7 @@ from sparsad.lang.syntax import (Binary, Call, Const, EmptyDict, Expr, If, Let, 
                                  free_vars, has_loop, walk)
 from sparsad.lang.typecheck import infer
 from sparsad.lang.types import Bool, Dict, Int, Real, Type, Zero
+from sparsad.codegen.invariant_tests import hoist_entry_tests
 from sparsad.opt.emptiness import TRUE, entry_condition, may_be_empty, vanishes_on_empty
 
 Sink = Callable[[tuple, IRExpr], list]
@@ -1089,6 +1090,7 @@ def lower(expr: Expr, input_types: Mapping[str, Type]) -> LoopProgram:
         return [Accumulate(OUTPUT, tuple(k for k, _ in keys), value, tuple(iv for _, iv in keys))]
 
     body = lowerer.emit(expr, (), None, into_output, env, dict(input_types))
+    body = list(hoist_entry_tests(tuple(body), lowerer.containers))  # out of loops they do not depend on
     for name, marked in _grids(body, lowerer.grid_candidates).items():
         container = lowerer.containers[name]
         lowerer.containers[name] = Container(name, "grid", container.key_iv, container.leaf, 2,
