@@ -94,13 +94,21 @@ def _close(got, want):
 def test_op_under_every_transform_matches_dense(name):
     f, dense, args = _case(name)
     argnums = tuple(range(len(args)))
-    # jacrev is vmap of vjp (grad), jacfwd is vmap of jvp: between them every transform runs
+    # jit, jacrev (vmap of vjp), jacfwd (vmap of jvp), grad, jit of grad, jvp, vmap of each operand
     _close(jax.jit(f)(*args), dense(*args))
     _close(jax.jacrev(f, argnums)(*args), jax.jacrev(dense, argnums)(*args))
     _close(jax.jacfwd(f, argnums)(*args), jax.jacfwd(dense, argnums)(*args))
-    batched = jnp.stack([args[-1], 2.0 * args[-1] + 0.5])
-    in_axes = (None,) * (len(args) - 1) + (0,)
-    _close(jax.vmap(f, in_axes)(*args[:-1], batched), jax.vmap(dense, in_axes)(*args[:-1], batched))
+    loss = lambda g: (lambda *a: jnp.sum(jnp.sin(g(*a))))  # noqa: E731
+    _close(jax.grad(loss(f), argnums)(*args), jax.grad(loss(dense), argnums)(*args))
+    _close(jax.jit(jax.grad(loss(f), argnums))(*args), jax.grad(loss(dense), argnums)(*args))
+    tangents = tuple(0.3 * jnp.ones_like(a) for a in args)
+    _close(jax.jvp(f, args, tangents), jax.jvp(dense, args, tangents))
+    for k in range(len(args)):  # a batch of each operand in turn (sparse values included)
+        batched = jnp.stack([args[k], 2.0 * args[k] + 0.5])
+        in_axes = tuple(0 if i == k else None for i in range(len(args)))
+        call = list(args)
+        call[k] = batched
+        _close(jax.vmap(f, in_axes)(*call), jax.vmap(dense, in_axes)(*call))
 
 
 @pytest.mark.parametrize("name", ["spgemm", "spsolve"])
@@ -246,3 +254,43 @@ def test_a_host_call_on_a_thread_outside_the_callers_x64_block_keeps_float64():
     thread.join()
     assert seen[0][0] == np.float32  # the thread started in 32-bit mode
     assert seen[0][1] == np.float64 and seen[0][2] == 3.5
+
+
+ATTENTION = """
+sum(<i, r> in A) { i ->
+  let z = sum(<j, a> in r) exp(sum(<d, q> in Q(i)) q * K(j)(d)) in
+  sum(<j, a> in r)
+    let p = exp(sum(<d, q> in Q(i)) q * K(j)(d)) / z in
+    sum(<c, v> in V(j)) { c -> p * v } }"""
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 10_000))
+def test_attention_gradient_is_one_joint_vjp_kernel_matching_dense(seed):
+    """jit(grad) w.r.t. Q, K and V: the three tangents enter one joint jvp program, whose
+    transpose is one joint vjp program (each edge's score once for all three); grad of grad
+    differentiates that joint program again. Against dense jax.numpy autodiff."""
+    A = _matrix(7, 7, 0.3, seed % 97 + 1, shift=1.0)
+    mask = A.with_values(jnp.ones_like(A.values)).to_dense() != 0
+    rng = np.random.default_rng(seed)
+    Q, K, V = (jnp.asarray(rng.standard_normal((7, 3))) for _ in range(3))
+    attention = sj.compile_program(ATTENTION, wrt=("Q", "K", "V"))
+    loss = lambda Q, K, V: jnp.sum(jnp.sin(attention(A=A, Q=Q, K=K, V=V)))  # noqa: E731
+    dense = lambda Q, K, V: jnp.sum(jnp.sin(  # noqa: E731
+        jax.nn.softmax(jnp.where(mask, Q @ K.T, -jnp.inf), axis=1) @ V))
+    step = jax.jit(jax.grad(loss, (0, 1, 2)))
+    _close(step(Q, K, V), jax.grad(dense, (0, 1, 2))(Q, K, V))
+    calls = []
+    for program in [attention] + list(attention._derived.values()):
+        original = program._host_primal
+        program._host_primal = (lambda p, o: lambda spec, arrays: calls.append(p) or o(spec, arrays))(program, original)
+    step(Q + 1.0, K, V)
+    kinds = {key[0] for key, p in attention._derived.items() if p is not None and p in calls}
+    assert len(calls) == 2 and kinds == {"joint-vjp"}, "a step runs the primal and one joint vjp kernel"
+    second = lambda f: jax.grad(lambda Q, K, V: sum(jnp.sum(g ** 2) for g in jax.grad(f, (0, 1, 2))(Q, K, V)),  # noqa: E731
+                                (0, 1, 2))(Q, K, V)
+    _close(second(loss), second(dense))
+    # forward mode: the joint jvp program itself, and under vmap (jacfwd)
+    tangents = tuple(jnp.asarray(rng.standard_normal((7, 3))) for _ in range(3))
+    _close(jax.jvp(loss, (Q, K, V), tangents), jax.jvp(dense, (Q, K, V), tangents))
+    _close(jax.jacfwd(loss, (0, 1, 2))(Q, K, V), jax.jacfwd(dense, (0, 1, 2))(Q, K, V))

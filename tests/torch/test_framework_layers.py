@@ -68,3 +68,27 @@ def test_jax_optax_layers_train_and_match_dense_gradients():
         want = jax.grad(loss(dense_forward))(params)
         for k in params:
             np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-10, atol=1e-10)
+
+
+def test_the_one_program_gcn_layer_equals_the_composition_and_dense():
+    """GCN_LAYER_ONE_PROGRAM (X W inside the program) and GCN_LAYER applied to X @ W (the
+    example's way) give dense autograd's values and gradients w.r.t. W."""
+    ex = load()
+    import sparsad.torch as st
+
+    a_hat, features, _, _ = ex.graph(small=True)
+    A, X = st.SparseMatrix.from_scipy(a_hat), torch.as_tensor(features)
+    W = torch.randn(X.shape[1], 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    one = st.compile_program(ex.GCN_LAYER_ONE_PROGRAM, wrt=("W",), out_format="dense")
+    aggregate = st.compile_program(ex.GCN_LAYER, wrt=("H",), out_format="dense")
+    dense = torch.as_tensor(a_hat.toarray())
+
+    def value_and_grad(layer):
+        leaf = W.clone().requires_grad_(True)
+        out = layer(leaf)
+        return out.detach(), torch.autograd.grad(out.sin().sum(), leaf)[0]
+
+    want = value_and_grad(lambda W: dense @ (X @ W))
+    for layer in (lambda W: one(A=A, X=X, W=W), lambda W: aggregate(A=A, H=X @ W)):
+        for got, expected in zip(value_and_grad(layer), want):
+            torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)

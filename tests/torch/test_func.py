@@ -182,8 +182,8 @@ def test_double_backward_matches_dense(name):
         _close(torch.zeros_like(args[0]) if g is None else g, torch.zeros_like(args[0]) if w is None else w)
 
 
-@pytest.mark.parametrize("name,backend", [(n, "aot_eager") for n in ["spmv", "spmm", "spgemm", "add", "gcn_norm"]]
-                         + [("spmm", "inductor")])
+@pytest.mark.parametrize("name,backend", [(n, "aot_eager") for n in CASES]
+                         + [(n, "inductor") for n in ["spmm", "spgemm", "transpose"]])
 def test_torch_compile_values_and_gradients(name, backend):
     """Graph breaks are allowed around the Numba kernels; errors and wrong values are not."""
     import torch._dynamo

@@ -228,3 +228,55 @@ def test_stride_zero_inputs_in_fresh_programs_match_dense():
     want = torch.softmax((Q @ K_wide.T).masked_fill(~mask, float("-inf")), 1) @ torch.as_tensor(V_wide)
     _close(got, want)
     _close(torch.autograd.grad(got.sin().sum(), (Q, K_row)), torch.autograd.grad(want.sin().sum(), (Q, K_row)))
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st_.integers(0, 10_000), width_qk=st_.integers(1, 4), width_v=st_.integers(1, 4))
+def test_attention_backward_is_one_joint_vjp_kernel_matching_dense(seed, width_qk, width_v):
+    """The cotangents of Q, K and V come from one joint vjp program (each edge's score computed
+    once for all three), for any widths of Q/K and V; values equal dense autograd."""
+    gen = torch.Generator().manual_seed(seed)
+    A = sparse(7, 7, 0.3, seed % 97, shift=1.0)
+    mask = dense_of(A)(torch.ones_like(A.values)) != 0
+    Q, K = (torch.randn(7, width_qk, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(2))
+    V = torch.randn(7, width_v, dtype=torch.float64, generator=gen, requires_grad=True)
+    f = program(ATTENTION, wrt=("Q", "K", "V"), out_format="dense")
+    out = f(A=A, Q=Q, K=K, V=V)
+    runs = []
+    original = st.TorchProgram._run_numpy
+    try:
+        st.TorchProgram._run_numpy = lambda self, inputs: runs.append(self) or original(self, inputs)
+        got = torch.autograd.grad(out.sin().sum(), (Q, K, V))
+    finally:
+        st.TorchProgram._run_numpy = original
+    assert len(runs) == 1, "the backward pass should run one (joint) vjp kernel"
+    ref = [t.detach().clone().requires_grad_(True) for t in (Q, K, V)]
+    want_out = torch.softmax((ref[0] @ ref[1].T).masked_fill(~mask, float("-inf")), 1) @ ref[2]
+    _close(out, want_out)
+    _close(got, torch.autograd.grad(want_out.sin().sum(), ref))
+
+
+def test_double_backward_through_the_joint_vjp_matches_dense():
+    f, dense, args = _case("attention", seed=2)
+    v = [torch.randn_like(t) for t in args]
+
+    def second(g):
+        leaves = [t.clone().requires_grad_(True) for t in args]
+        first = torch.autograd.grad(g(*leaves).square().sum(), leaves, create_graph=True)
+        return torch.autograd.grad(sum((d * w).sum() for d, w in zip(first, v)), leaves)
+
+    _close(second(f), second(dense))
+
+
+def test_torch_func_grad_of_grad_through_the_joint_vjp_matches_dense():
+    """Q and K share a joint vjp program, V (another width) does not when it is differentiated again."""
+    f, dense, args = _case("attention", seed=5)
+
+    def first(g):
+        return lambda *a: grad(lambda *b: g(*b).sin().sum(), argnums=(0, 1, 2))(*a)
+
+    def second(g):
+        return grad(lambda *a: sum(x.square().sum() for x in first(g)(*a)), argnums=(0, 1, 2))(*args)
+
+    _close(second(f), second(dense))
+    _close(jacrev(first(f), argnums=2)(*args), jacrev(first(dense), argnums=2)(*args))

@@ -26,7 +26,8 @@ from typing import Any, Iterable
 import numpy as np
 import scipy.sparse as sp
 
-from sparsad.bridge import dense_result, derivative_expr, fresh_name, stored_csr, stored_dense, values_on
+from sparsad.ad.joint import fit_dense
+from sparsad.bridge import derivative_expr, fresh_name, stored_csr, stored_dense, values_on
 from sparsad.errors import InputError, UnsupportedError
 from sparsad.jax.matrix import SparseMatrix
 
@@ -184,7 +185,7 @@ class JaxProgram:
     def _host_primal(self, spec: _Spec, arrays) -> np.ndarray:
         result = self._kernel(spec)(**spec.numpy_inputs(arrays))
         array = values_on(result, spec.out_pattern) if spec.out_pattern is not None else \
-            dense_result(result, spec.out_shape)
+            fit_dense(result, spec.out_shape)
         return np.asarray(array, dtype=spec.dtype)
 
     # -- derivative rules: sparsad's derivative programs, themselves JaxPrograms ------------------
@@ -242,6 +243,83 @@ class JaxProgram:
         return derived._call(inputs, layout, origin).astype(dtype)
 
 
+    # -- joint derivative programs: several same-shaped dense leaves in one pass (sparsad.ad.joint)
+    def _joint_groups(self, spec: _Spec, ks: list[int]) -> list[list[int]]:
+        """`ks` split into groups one joint program serves: dense leaves of one type and shape
+        together (of one shape: the derivatives of a joint vjp program, which grad of grad
+        takes, need each block's axes to be the input's), every other leaf alone."""
+        groups: list[list[int]] = []
+        for k in ks:
+            for group in groups:
+                first = group[0]
+                if spec.kinds[k] == spec.kinds[first] == "dense" and spec.shapes[k] == spec.shapes[first] and \
+                        spec.types.get(spec.names[k]) == spec.types.get(spec.names[first]):
+                    group.append(k)
+                    break
+            else:
+                groups.append([k])
+        return groups
+
+    def _joint_program(self, kind: str, ks: tuple[int, ...], spec: _Spec):
+        """(the joint jvp or vjp program of leaves `ks`, the names of its seed inputs), or
+        (None, ()) when there is none (then each leaf has its own derivative program)."""
+        import sparsad
+        from sparsad.ad.joint import joint_jvp_expr, joint_vjp_expr
+        from sparsad.errors import ProgramTypeError
+
+        names = tuple(spec.names[k] for k in ks)
+        taken = list(self.program.inputs) + [self._seed]
+        seeds = tuple(fresh_name(f"{self._seed}{t}", taken) for t in range(len(ks))) if kind == "jvp" \
+            else (self._seed,)
+        key = ("joint-" + kind, names, tuple(sorted(spec.types.items())))
+        if key not in self._derived:
+            try:
+                expr = joint_jvp_expr(self.program.expr, dict(zip(names, seeds)), spec.types) if kind == "jvp" \
+                    else joint_vjp_expr(self.program.expr, names, spec.types, self._seed)
+            except (UnsupportedError, ProgramTypeError):  # the programs one by one say why
+                expr = None
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr))
+        return self._derived[key], seeds
+
+    def _leaf_inputs(self, derived: "JaxProgram", spec: _Spec, leaves) -> dict[str, Any]:
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in spec.constants.items() if n in reads}
+        for name, leaf_kind, pattern, leaf in zip(spec.names, spec.kinds, spec.patterns, leaves):
+            if name in reads:
+                inputs[name] = SparseMatrix(pattern, leaf) if leaf_kind == "sparse" else leaf
+        return inputs
+
+    def _apply_joint_jvp(self, ks: tuple[int, ...], spec: _Spec, leaves, tangents) -> Any:
+        """The tangent of the output for the tangents of leaves `ks`, by one joint jvp program
+        (its transpose is the joint vjp program); None when there is no joint program."""
+        derived, seeds = self._joint_program("jvp", ks, spec)
+        if derived is None:
+            return None
+        inputs = self._leaf_inputs(derived, spec, leaves)
+        reads = derived.program._input_names()
+        inputs.update({seed: tangent for seed, tangent in zip(seeds, tangents) if seed in reads})
+        if reads - set(inputs):
+            return None
+        layout = ("pattern", spec.out_pattern) if spec.out_pattern is not None else ("dense", spec.out_shape)
+        return derived._call(inputs, layout, (spec, tuple(ks))).astype(spec.dtype)
+
+    def _apply_joint_vjp(self, ks: tuple[int, ...], spec: _Spec, leaves, cotangent) -> list | None:
+        """The cotangents of leaves `ks` (same shape) from one joint vjp program, or None."""
+        derived, _ = self._joint_program("vjp", ks, spec)
+        if derived is None:
+            return None
+        inputs = self._leaf_inputs(derived, spec, leaves)
+        reads = derived.program._input_names()
+        if self._seed in reads:
+            inputs[self._seed] = SparseMatrix(spec.out_pattern, cotangent) if spec.out_pattern is not None \
+                else cotangent
+        if reads - set(inputs):
+            return None
+        shape = spec.shapes[ks[0]]
+        stacked = derived._call(inputs, ("dense", (len(ks), *shape)))
+        return [stacked[t].astype(spec.dtypes[k]) for t, k in enumerate(ks)]
+
+
 def _transpose_by_parent_vjp(cotangent, args, spec: _Spec) -> list | None:
     """The transpose of a jvp program call (parent program P, leaf k, tangent t) in t: P's own vjp
     program w.r.t. k applied to the cotangent, the first-order derivative program (not the vjp of
@@ -256,6 +334,8 @@ def _transpose_by_parent_vjp(cotangent, args, spec: _Spec) -> list | None:
     owner = parent.owner
     seed = owner._seed
     undefined = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
+    if isinstance(k, tuple):
+        return _transpose_joint_jvp(cotangent, args, spec, undefined)
     if seed not in spec.names or undefined != [spec.names.index(seed)]:
         return None
     vjp = owner._derived_program("vjp", parent.names[k], parent)
@@ -268,6 +348,35 @@ def _transpose_by_parent_vjp(cotangent, args, spec: _Spec) -> list | None:
               for n, shape, dtype in zip(parent.names, parent.shapes, parent.dtypes)]
     gradient = owner._apply_derived("vjp", k, parent, leaves, cotangent)
     return [gradient if i == undefined[0] else None for i in range(len(args))]
+
+
+def _transpose_joint_jvp(cotangent, args, spec: _Spec, undefined: list[int]) -> list | None:
+    """The transpose of a joint jvp program call (parent P, leaves ks, one tangent input each)
+    in its tangents: P's joint vjp program (each leaf's own vjp program if there is none). None
+    when the undefined arguments are not exactly the tangents, or a leaf P reads is missing."""
+    import jax.numpy as jnp
+
+    parent, ks = spec.origin
+    owner = parent.owner
+    _, seeds = owner._joint_program("jvp", ks, parent)
+    positions = [spec.names.index(s) if s in spec.names else None for s in seeds]
+    if None in positions or sorted(positions) != undefined:
+        return None
+    given = dict(zip(spec.names, args))
+    joint, _ = owner._joint_program("vjp", ks, parent)
+    programs = [joint] if joint is not None else [owner._derived_program("vjp", parent.names[k], parent) for k in ks]
+    reads = set().union(*(p.program._input_names() for p in programs if p is not None))
+    if any(n in parent.names and n not in given for n in reads):
+        return None  # a leaf this call was not given: the generic rule transposes it
+    leaves = [given[n] if n in given else jnp.zeros(shape, dtype)
+              for n, shape, dtype in zip(parent.names, parent.shapes, parent.dtypes)]
+    gradients = owner._apply_joint_vjp(ks, parent, leaves, cotangent)
+    if gradients is None:
+        gradients = [owner._apply_derived("vjp", k, parent, leaves, cotangent) for k in ks]
+    out = [None] * len(args)
+    for position, gradient in zip(positions, gradients):
+        out[position] = gradient
+    return out
 
 
 # -- the primitive ---------------------------------------------------------------------------------
@@ -328,11 +437,14 @@ def _primitive():
     def jvp_rule(primals, tangents, *, spec):
         out = program_p.bind(*primals, spec=spec)
         total = None
-        for k, tangent in enumerate(tangents):
-            if type(tangent) is ad.Zero:
-                continue
-            part = spec.owner._apply_derived("jvp", k, spec, primals, tangent)
-            total = part if total is None else total + part
+        given = [k for k, tangent in enumerate(tangents) if type(tangent) is not ad.Zero]
+        for group in spec.owner._joint_groups(spec, given):
+            part = spec.owner._apply_joint_jvp(tuple(group), spec, primals, [tangents[k] for k in group]) \
+                if len(group) > 1 else None
+            parts = [part] if part is not None else \
+                [spec.owner._apply_derived("jvp", k, spec, primals, tangents[k]) for k in group]
+            for part in parts:
+                total = part if total is None else total + part
         return out, (total if total is not None else jnp.zeros(spec.out_shape, spec.dtype))
 
     def transpose_rule(cotangent, *args, spec):

@@ -26,9 +26,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from sparsad.errors import DTypeError, FormatError, InputError, ShapeError, UnsupportedError
-from sparsad.bridge import (canonical_csr as _canonical, dense_result as _dense, stored_csr as _stored_csr,
+from sparsad.errors import DTypeError, FormatError, InputError, ProgramTypeError, ShapeError, UnsupportedError
+from sparsad.bridge import (canonical_csr as _canonical, stored_csr as _stored_csr,
                             stored_dense as _stored_dense, values_on as _values_on)
+from sparsad.ad.joint import fit_dense
 from sparsad.formats import StoredTensor
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.matrix import SparseMatrix
@@ -112,10 +113,9 @@ class _ProgramFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         call, tensors = ctx.call, ctx.saved_tensors
-        grads = [call.owner._vjp(call, ctx.out_pattern, k, tensors, grad)
-                 if ctx.needs_input_grad[k + 1] and call.names[k] in call.owner.wrt else None
-                 for k in range(len(tensors))]
-        return (None, *grads)
+        needed = [k for k in range(len(tensors)) if ctx.needs_input_grad[k + 1] and call.names[k] in call.owner.wrt]
+        grads = call.owner._vjps(call, ctx.out_pattern, needed, tensors, grad)
+        return (None, *(grads.get(k) for k in range(len(tensors))))
 
     @staticmethod
     def jvp(ctx, _call, *tangents):
@@ -161,6 +161,43 @@ def _surely_nonzero(tensor: torch.Tensor) -> bool:
         return bool(tensor.detach().any())
     except RuntimeError:
         return False
+
+
+def _joint_groups(call: _Call, needed: list[int], same_shape: bool) -> list[list[int]]:
+    """`needed` split into groups that one joint vjp program serves: dense tensors of one type
+    (extents aside; of one shape too when `same_shape`) together, every other tensor alone; in
+    order of first appearance. (The vjp of a joint program whose blocks differ in shape does
+    not type-check: its cotangent's axes are the widest, not each input's; so tensors of
+    different shapes share a joint program only when it will not be differentiated.)"""
+    groups: list[list[int]] = []
+    for k in needed:
+        if call.kinds[k] == "dense" and call.names[k] in call.types:
+            kind = call.types[call.names[k]]
+            for group in groups:
+                first = group[0]
+                if call.kinds[first] == "dense" and call.types.get(call.names[first]) == kind and \
+                        (not same_shape or call.shapes[first] == call.shapes[k]):
+                    group.append(k)
+                    break
+            else:
+                groups.append([k])
+        else:
+            groups.append([k])
+    return groups
+
+
+def _block(stacked: torch.Tensor, t: int, shape: tuple) -> torch.Tensor:
+    """Entry t of a joint vjp program's result as an array of `shape`: its leading block, zeros
+    where the result does not reach (an adjoint with no entries there)."""
+    if t >= stacked.shape[0]:
+        return torch.zeros(shape, dtype=stacked.dtype)
+    block = stacked[t][tuple(slice(0, e) for e in shape)]
+    if tuple(block.shape) != tuple(shape):
+        padding = []
+        for want, have in zip(reversed(shape), reversed(block.shape)):
+            padding += [0, want - have]
+        block = torch.nn.functional.pad(block, padding)
+    return block
 
 
 def _same_pattern(a: CSRPattern | None, b: CSRPattern | None) -> bool:
@@ -276,7 +313,7 @@ class TorchProgram:
             if not (sp.issparse(result) or isinstance(result, (np.ndarray, int, float, np.generic))):
                 raise UnsupportedError(f"the program returns a {type(result).__name__}; compile_program supports "
                                        "results that are numbers, arrays or sparse matrices")
-            array = _dense(result, layout.shape)
+            array = fit_dense(result, layout.shape)
         else:
             if result.ndim != 2:
                 raise UnsupportedError("sparse results of order other than 2 are not supported; use out_format='dense'")
@@ -328,6 +365,50 @@ class TorchProgram:
 
     def _as_input(self, pattern: CSRPattern | None, tensor: torch.Tensor) -> Any:
         return tensor if pattern is None else SparseMatrix._wrap(pattern, tensor)
+
+    def _vjps(self, call: _Call, out_pattern, needed: list[int], tensors, grad: torch.Tensor) -> dict:
+        """The cotangent of each tensor in `needed` (by position): dense inputs of one type from
+        one joint vjp program (the primal recomputed once for all of them), others one by one."""
+        grads: dict[int, torch.Tensor] = {}
+        # (grad mode is on in a backward pass only when its result is differentiated again)
+        for group in _joint_groups(call, needed, same_shape=torch.is_grad_enabled()):
+            joint = self._joint_vjp(call, out_pattern, group, tensors, grad) if len(group) > 1 else None
+            if joint is not None:
+                grads.update(joint)
+                continue
+            for k in group:
+                grads[k] = self._vjp(call, out_pattern, k, tensors, grad)
+        return grads
+
+    def _joint_vjp(self, call: _Call, out_pattern, group: list[int], tensors, grad: torch.Tensor) -> dict | None:
+        """The cotangents of the tensors in `group` from one joint vjp program (see
+        sparsad.ad.joint), or None when there is none (then each gets its own vjp program)."""
+        import sparsad
+        from sparsad.ad.joint import joint_vjp_expr
+
+        names = tuple(call.names[k] for k in group)
+        key = ("joint-vjp", names, call.signature(), call.shapes)
+        if key not in self._derived:
+            try:
+                expr = joint_vjp_expr(self.program.expr, names, call.types, self._seed)
+            except (UnsupportedError, ProgramTypeError):  # the vjp programs one by one say why
+                expr = None
+            self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr), _output="dense")
+        derived = self._derived[key]
+        if derived is None:
+            return None
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in reads}
+        if self._seed in reads:
+            inputs[self._seed] = self._as_input(out_pattern, grad)
+        if reads - set(inputs):
+            return None
+        # the kernel's dense result spans the keys it can write (entry t: input t's adjoint)
+        result = derived._call(inputs, _Layout("dense"))
+        shapes = [call.shapes[k] for k in group]
+        if result.ndim != 1 + len(shapes[0]):
+            return None
+        return {k: _block(result, t, shape).to(tensors[k].dtype) for t, (k, shape) in enumerate(zip(group, shapes))}
 
     def _vjp(self, call: _Call, out_pattern, k: int, tensors, grad: torch.Tensor) -> torch.Tensor:
         name, kind, pattern = call.names[k], call.kinds[k], call.patterns[k]
