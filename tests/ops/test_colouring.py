@@ -97,3 +97,14 @@ def test_reverse_plan_colours_rows_and_reads_every_entry_from_the_compressed_vjp
     n_colours = int(colours.max()) + 1 if m else 0
     seeds = (colours[None, :] == np.arange(n_colours)[:, None]).astype(float)  # (colours, m)
     np.testing.assert_array_equal((seeds @ dense).reshape(-1)[gather], values)
+
+
+def test_reverse_plan_of_a_symmetric_pattern_reuses_the_column_colouring():
+    from sparsad.ops.colouring import compression_plan
+
+    pattern = random_symmetric(9, 0.3, 11)
+    colours, _ = compression_plan(pattern, "jacobian")
+    row_colours, gather = compression_plan(pattern, "reverse")
+    assert row_colours is colours
+    rows = np.asarray(pattern.rows)
+    np.testing.assert_array_equal(gather, colours[rows] * 9 + pattern.indices)

@@ -196,7 +196,11 @@ def compression_plan(pattern: CSRPattern, kind: str = "jacobian") -> tuple[np.nd
     the pattern: a pattern reused for new points is coloured once."""
     cache = pattern.__dict__.setdefault("_compression_plans", {})
     if kind == "reverse" and kind not in cache:
-        row_colours = colour_columns(pattern.transpose[0])
+        transposed = pattern.transpose[0]
+        if np.array_equal(transposed.indptr, pattern.indptr) and np.array_equal(transposed.indices, pattern.indices):
+            row_colours = compression_plan(pattern, "jacobian")[0]  # symmetric structure: the same graph
+        else:
+            row_colours = colour_columns(transposed)
         cache[kind] = (row_colours, row_colours[np.asarray(pattern.rows, dtype=np.int64)] * pattern.shape[1]
                        + np.asarray(pattern.indices, dtype=np.int64))
     if kind not in cache:
