@@ -227,9 +227,12 @@ def _poisson_pattern(side: int):
     return sp.kronsum(one, one).tocsr()
 
 
-def interleaved_medians(fns: dict, rounds: int = 25, budget_s: float = 20.0) -> dict:
-    """Median wall time of each callable over at least 5 rounds in which they take turns (after a
-    warm-up each): see interleaved_fastest for why they take turns."""
+def interleaved_medians(fns: dict, rounds: int = 25, budget_s: float = 20.0, block: int = 4) -> dict:
+    """Median wall time of each callable, the contenders taking turns in blocks (see
+    interleaved_fastest for why they take turns): each round runs `block` consecutive calls of
+    each and keeps all but the first. Calls of one contender back to back find the allocator as
+    they left it; a single call right after dense jacfwd freed its 100+ MB re-faults its memory
+    (measured: 0.4 ms alone, 10 ms right after dense, at n = 4096). At least 5 rounds."""
     import statistics
 
     for fn in fns.values():
@@ -238,9 +241,11 @@ def interleaved_medians(fns: dict, rounds: int = 25, budget_s: float = 20.0) -> 
     start = time.perf_counter()
     for round_ in range(rounds):
         for key, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[key].append(time.perf_counter() - t0)
+            for call in range(block):
+                t0 = time.perf_counter()
+                fn()
+                if call:
+                    samples[key].append(time.perf_counter() - t0)
         if round_ >= 4 and time.perf_counter() - start > budget_s:
             break
     return {key: statistics.median(values) for key, values in samples.items()}
@@ -308,7 +313,8 @@ def jacobian_table(quick: bool) -> list[dict]:
             check = jacobian(residual, u, pattern=structure).to_dense()
             if not torch.allclose(check, torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12):
                 raise AssertionError(f"colouring Jacobian differs from dense jacfwd at n = {n}")
-        times = interleaved_medians(contenders, rounds=25 if n <= 65536 else 5, budget_s=30)
+        times = interleaved_medians(contenders, rounds=25 if n <= 65536 else 5, budget_s=30,
+                                    block=4 if n <= 65536 else 2)
         nan = float("nan")
         dense_s = times.get("dense", nan)
         dense_jax_s = sparsejac_s = nan
@@ -328,7 +334,8 @@ def jacobian_table(quick: bool) -> list[dict]:
                 sparsity = jsparse.BCOO.from_scipy_sparse(pattern)
                 theirs = jax.jit(sparsejac.jacfwd(residual_jax, sparsity=sparsity))
                 jax_contenders["sparsejac"] = lambda: theirs(uj).data.block_until_ready()
-            jax_times = interleaved_medians(jax_contenders, rounds=25 if n <= 65536 else 5, budget_s=30)
+            jax_times = interleaved_medians(jax_contenders, rounds=25 if n <= 65536 else 5, budget_s=30,
+                                            block=4 if n <= 65536 else 2)
         dense_jax_s, sparsejac_s = jax_times.get("dense", nan), jax_times.get("sparsejac", nan)
         rows.append({"n": n, "colours_columns": column_colours, "colours_rows": row_colours,
                      "colouring_s": colouring_s,

@@ -234,3 +234,23 @@ def test_in_place_update_of_the_input_in_every_mode(mode):
     for _ in range(2):
         torch.testing.assert_close(sat.jacobian(doubling, x.clone(), pattern=pattern, mode=mode).to_dense(), expected)
         assert torch.equal(x, torch.arange(1.0, 7.0, dtype=f64))
+
+
+def test_auto_mode_takes_the_fewer_colours_and_on_ties_reverse_only_for_small_products():
+    import importlib
+
+    jac = importlib.import_module("sparsad.torch.jacobian")
+    x = torch.zeros(6, dtype=f64)
+    dense_row = sat.SparseMatrix.from_scipy(sp.csr_matrix(np.ones((1, 6)))).pattern  # 6 column colours, 1 row colour
+    dense_column = sat.SparseMatrix.from_scipy(sp.csr_matrix(np.ones((6, 1)))).pattern
+    assert jac._mode(dense_row, "auto", x) == "reverse"
+    assert jac._mode(dense_column, "auto", torch.zeros(1, dtype=f64)) == "forward"
+    small = sat.SparseMatrix.from_scipy(poisson_pattern(4)).pattern
+    assert jac._mode(small, "auto", torch.zeros(16, dtype=f64)) == "reverse"
+    old, jac.REVERSE_TIE_MAX_ENTRIES = jac.REVERSE_TIE_MAX_ENTRIES, 10
+    try:
+        large = sat.SparseMatrix.from_scipy(poisson_pattern(4)).pattern  # a fresh pattern: nothing cached
+        assert jac._mode(large, "auto", torch.zeros(16, dtype=f64)) == "forward"
+    finally:
+        jac.REVERSE_TIE_MAX_ENTRIES = old
+    assert jac._mode(small, "forward", x) == "forward"

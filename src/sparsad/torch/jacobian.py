@@ -37,6 +37,10 @@ DETECT_MAX_ENTRIES = 10_000_000
 #: n = 10^6) cost more than a loop of plain JVPs on large ones.
 VMAP_MAX_ENTRIES = 1 << 20
 
+#: With as many row colours as column colours, mode="auto" takes reverse mode up to this many
+#: entries in the compressed products (colours x n), forward mode above (see `_mode`).
+REVERSE_TIE_MAX_ENTRIES = 1 << 18
+
 
 def _as_pattern(pattern: Any, shape: tuple[int | None, int]) -> CSRPattern:
     """A CSRPattern from the accepted forms; `shape` (rows may be None: f's output length, checked
@@ -168,19 +172,29 @@ def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
 
 
 def _mode(pattern: CSRPattern, mode: str, x: torch.Tensor) -> str:
-    """Forward (JVPs, column colours) or reverse (VJPs, row colours): the fewer products; on a tie
-    reverse, whose batched pass costs PyTorch less per operation than batched forward-mode AD
-    (measured on the Poisson residual: 5 products in 0.16-0.27 ms against 0.66-0.75 ms). Inside
-    torch.func transforms forward (torch.func.jvp composes with them)."""
+    """Forward (JVPs, column colours) or reverse (VJPs, row colours): the fewer products. On a tie,
+    reverse while the products are small (up to REVERSE_TIE_MAX_ENTRIES): there PyTorch's per-
+    operation overhead dominates, and its batched backward pass pays less of it than batched
+    forward mode (Poisson residual, 7 products: 0.26-0.68 ms against 0.67-0.85 ms at n = 256-4096);
+    above, memory traffic dominates, and a backward pass materialises the gradients of views
+    (slices, padding) that forward mode keeps as views (n = 65536: 33 ms against 22 ms). Inside
+    torch.func transforms always forward (torch.func.jvp composes with them). Cached on the pattern."""
     if mode in ("forward", "reverse"):
         return mode
     if torch._C._functorch.is_functorch_wrapped_tensor(x):
         return "forward"
-    column_colours, _ = compression_plan(pattern, "jacobian")
-    row_colours, _ = compression_plan(pattern, "reverse")
-    n_columns = int(column_colours.max()) + 1 if column_colours.size else 0
-    n_rows = int(row_colours.max()) + 1 if row_colours.size else 0
-    return "reverse" if n_rows <= n_columns else "forward"
+    cache = pattern.__dict__.setdefault("_torch_jacobian_mode", {})
+    if "auto" not in cache:
+        column_colours, _ = compression_plan(pattern, "jacobian")
+        row_colours, _ = compression_plan(pattern, "reverse")
+        n_columns = int(column_colours.max()) + 1 if column_colours.size else 0
+        n_rows = int(row_colours.max()) + 1 if row_colours.size else 0
+        if n_rows != n_columns:
+            cache["auto"] = "reverse" if n_rows < n_columns else "forward"
+        else:
+            small = n_rows * pattern.shape[1] <= REVERSE_TIE_MAX_ENTRIES
+            cache["auto"] = "reverse" if small else "forward"
+    return cache["auto"]
 
 
 def _check_x(x: Any) -> torch.Tensor:
@@ -202,8 +216,9 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     Pass the same SparseMatrix or CSRPattern again to reuse its colourings.
 
     `mode`: "forward" (JVPs, one per colour of the columns), "reverse" (VJPs, one per colour of the
-    rows, after one evaluation of f), or "auto" (default): the one with fewer colours, reverse on a
-    tie (cheaper per operation in PyTorch), forward inside torch.func transforms. Both modes give
+    rows, after one evaluation of f), or "auto" (default): the one with fewer colours; on a tie
+    reverse for small products (cheaper per operation in PyTorch) and forward for large ones;
+    forward inside torch.func transforms. Both modes give
     derivatives that autograd can differentiate further (f may close over tensors requiring grad).
 
     >>> import torch, sparsad.torch as st
