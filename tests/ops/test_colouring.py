@@ -73,3 +73,38 @@ def test_symmetric_pattern_is_the_union_with_the_transpose():
     dense = np.zeros((3, 3), dtype=bool)
     dense[pattern.rows, pattern.indices] = True
     np.testing.assert_array_equal(dense, (m.toarray() != 0) | (m.toarray() != 0).T)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 12), n=st.integers(1, 12), density=st.floats(0.0, 0.7), seed=st.integers(0, 2**31))
+def test_reverse_plan_colours_rows_and_reads_every_entry_from_the_compressed_vjps(m, n, density, seed):
+    """Rows sharing a column get different colours, and the gather reads entry (i, j) off the
+    product of its row colour's seed: S^T J at (colour(i), j), checked with a random J."""
+    from sparsad.ops.colouring import compression_plan
+
+    rng = np.random.default_rng(seed)
+    mask = rng.random((m, n)) < density
+    matrix = sp.csr_matrix(mask.astype(float))
+    matrix.sort_indices()
+    pattern = CSRPattern(matrix.indptr, matrix.indices, matrix.shape)
+    colours, gather = compression_plan(pattern, "reverse")
+    assert colours.shape == (m,)
+    for j in range(n):
+        rows = np.flatnonzero(mask[:, j])
+        assert len(set(colours[rows].tolist())) == len(rows)
+    values = rng.standard_normal(pattern.nnz)
+    dense = sp.csr_matrix((values, pattern.indices, pattern.indptr), shape=(m, n)).toarray()
+    n_colours = int(colours.max()) + 1 if m else 0
+    seeds = (colours[None, :] == np.arange(n_colours)[:, None]).astype(float)  # (colours, m)
+    np.testing.assert_array_equal((seeds @ dense).reshape(-1)[gather], values)
+
+
+def test_reverse_plan_of_a_symmetric_pattern_reuses_the_column_colouring():
+    from sparsad.ops.colouring import compression_plan
+
+    pattern = random_symmetric(9, 0.3, 11)
+    colours, _ = compression_plan(pattern, "jacobian")
+    row_colours, gather = compression_plan(pattern, "reverse")
+    assert row_colours is colours
+    rows = np.asarray(pattern.rows)
+    np.testing.assert_array_equal(gather, colours[rows] * 9 + pattern.indices)

@@ -190,9 +190,19 @@ def compression_plan(pattern: CSRPattern, kind: str = "jacobian") -> tuple[np.nd
     colour * rows + row in the compressed products laid out as (colours, rows).
 
     kind: "jacobian" or "distance1" (distance-1 colouring, entry (i, j) at (colour(j), i)) or
-    "star" (star colouring of a symmetric pattern, each entry where it sits alone). Kept on the
-    pattern: a pattern reused for new points is coloured once."""
+    "star" (star colouring of a symmetric pattern, each entry where it sits alone) or "reverse"
+    (a colour per ROW such that rows sharing a column differ, for compressed vector-Jacobian
+    products laid out as (colours, columns): entry (i, j) at colour(i) * columns + j). Kept on
+    the pattern: a pattern reused for new points is coloured once."""
     cache = pattern.__dict__.setdefault("_compression_plans", {})
+    if kind == "reverse" and kind not in cache:
+        transposed = pattern.transpose[0]
+        if np.array_equal(transposed.indptr, pattern.indptr) and np.array_equal(transposed.indices, pattern.indices):
+            row_colours = compression_plan(pattern, "jacobian")[0]  # symmetric structure: the same graph
+        else:
+            row_colours = colour_columns(transposed)
+        cache[kind] = (row_colours, row_colours[np.asarray(pattern.rows, dtype=np.int64)] * pattern.shape[1]
+                       + np.asarray(pattern.indices, dtype=np.int64))
     if kind not in cache:
         if kind in ("jacobian", "distance1"):
             colours = colour_columns(pattern)
@@ -201,6 +211,6 @@ def compression_plan(pattern: CSRPattern, kind: str = "jacobian") -> tuple[np.nd
             colours = star_colouring(pattern)
             source_row, source_colour = star_recovery(pattern, colours)
         else:
-            raise InputError(f"unknown colouring {kind!r}; use 'star' or 'distance1'")
+            raise InputError(f"unknown colouring {kind!r}; use 'star', 'distance1', 'jacobian' or 'reverse'")
         cache[kind] = (colours, source_colour * pattern.shape[0] + source_row)
     return cache[kind]
