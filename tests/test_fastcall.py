@@ -279,3 +279,15 @@ def test_a_tangent_read_at_its_matrix_positions_is_checked_for_that_pattern_on_r
         got = jvp(A=A, x=x, tangent=tangent)
         got = got.toarray().ravel() if sp.issparse(got) else np.asarray(got)
         np.testing.assert_allclose(got, np.where(mask, tangent.toarray(), 0.0) @ x, rtol=1e-12, atol=1e-12)
+
+
+def test_the_shared_plan_holds_no_per_call_arrays(spmv):
+    """Calls (and threads) share one plan per signature: the arrays a call runs on are its own,
+    so a second call planned before the first one's kernel runs cannot swap them."""
+    A1, A2 = _matrix(11), _matrix(12)
+    x1, x2 = np.ones(5), np.arange(5.0)
+    plan1, arrays1 = spmv._planned({"A": A1, "x": x1})
+    plan2, arrays2 = spmv._planned({"A": A2, "x": x2})
+    assert plan1 is plan2 and "arrays" not in plan1
+    np.testing.assert_allclose(plan1["kernel"].run(arrays1), A1 @ x1)
+    np.testing.assert_allclose(plan2["kernel"].run(arrays2), A2 @ x2)

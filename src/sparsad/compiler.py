@@ -148,6 +148,13 @@ class CompiledProgram(Program):
         return memo[1]
 
     def plan(self, inputs: Mapping[str, Any]) -> dict:
+        """The plan (optimized program, kernel, stages) for these inputs' formats and types."""
+        return self._planned(inputs)[0]
+
+    def _planned(self, inputs: Mapping[str, Any]) -> tuple[dict, dict]:
+        """(plan, what this call runs it on): the kernel's arrays, or the inputs themselves when the
+        optimizer failed. The arrays are returned, not stored in the plan that every call (and
+        thread) shares, so that no call can run on another's arrays."""
         stored, scalars = self.store(inputs)
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
@@ -168,9 +175,8 @@ class CompiledProgram(Program):
             plan = self._signatures[signature] = self._plans[key]
         self._check_keys(plan, inputs)
         if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
-            plan["inputs"] = dict(inputs)
             self._last = plan
-            return plan
+            return plan, dict(inputs)
         arrays = dict(scalars)
         reorder = plan["reorder"]
         for b in bound:
@@ -183,9 +189,8 @@ class CompiledProgram(Program):
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
-        plan["arrays"] = arrays
         self._last = plan
-        return plan
+        return plan, arrays
 
     def _check_keys(self, plan: dict, inputs: Mapping[str, Any]) -> None:
         """The interpreter's ShapeError when a lookup of the program (for a derivative: of the
@@ -281,10 +286,10 @@ class CompiledProgram(Program):
                     return result
         check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
-        plan = self.plan(inputs)
+        plan, arrays = self._planned(inputs)
         if plan["kernel"] is not None:
             try:
-                result = plan["kernel"].run(plan["arrays"])
+                result = plan["kernel"].run(arrays)
             except UnsupportedError as error:  # Numba could not compile the kernel: an internal
                 plan["kernel"] = None  # limit, not the user's error; this plan runs interpreted
                 plan["reason"] = str(error)
@@ -295,9 +300,9 @@ class CompiledProgram(Program):
                     self._repeat = RepeatCall.record(self, inputs, plan)
                 return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
-            value = evaluate(plan["logical"], plan.pop("inputs"))
+            value = evaluate(plan["logical"], arrays)
         else:
-            value = evaluate(plan["physical"], plan["arrays"])
+            value = evaluate(plan["physical"], arrays)
         asked = out_format
         if out_format == "natural":
             out_format = plan["natural"]
@@ -321,7 +326,6 @@ class CompiledProgram(Program):
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
-        plan["arrays"] = arrays
         self._last = plan
         try:
             result = kernel.run(arrays)
