@@ -284,6 +284,12 @@ def run_sparsad(P: Prepared, wrt: str, kind: str, seed_value: Any, cap_s: float 
             first = time.perf_counter() - t0
     except Budget as error:
         return Run("fallback" if counter["n"] else "error", f"timeout: {error}", error_type="Timeout"), None
+    except SystemError as error:  # the cap's signal raised inside a Numba kernel's call into Python
+        if isinstance(error.__cause__ or error.__context__, Budget) or (cap_s and time.perf_counter() - t0 >= cap_s):
+            return Run("fallback" if counter["n"] else "error", f"timeout: ran past the {cap_s:g} s cap",
+                       error_type="Timeout"), None
+        return Run("error", f"SystemError: {str(error).splitlines()[0] if str(error) else ''}"[:300],
+                   error_type="SystemError"), None
     except Exception as error:  # recorded with its type: an exception is a failure
         return Run("error", f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300],
                    error_type=type(error).__name__), None
