@@ -191,3 +191,19 @@ def test_nonsymmetric_adjoint_reuses_the_preconditioner_transposed(method, M):
     second_ours = torch.autograd.grad((ours[1] * h).sum(), A.values)[0]
     second_theirs = torch.autograd.grad((theirs[1] * h).sum(), dense)[0]
     torch.testing.assert_close(second_ours, masked(A, second_theirs))
+
+
+def test_forward_mode_keeps_the_forward_report_and_matches_dense():
+    """Under forward-mode AD the tangent solve runs inside the same call: the returned report is
+    still the forward solve's, and the tangent equals dense autograd's."""
+    import torch.autograd.forward_ad as fwAD
+
+    A = spd(10, 6)
+    b = torch.randn(10, dtype=f64, generator=torch.Generator().manual_seed(6))
+    db = torch.randn(10, dtype=f64, generator=torch.Generator().manual_seed(7))
+    _, plain = sat.cg(A.detach(), b, rtol=1e-12, return_info=True)
+    with fwAD.dual_level():
+        x, info = sat.cg(A.detach(), fwAD.make_dual(b, db), rtol=1e-12, return_info=True)
+        tangent = fwAD.unpack_dual(x).tangent
+    assert info.iterations == plain.iterations and info.residual == pytest.approx(plain.residual, rel=1e-6)
+    torch.testing.assert_close(tangent, torch.linalg.solve(A.to_dense().detach(), db))

@@ -20,6 +20,7 @@ Example:
 """
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -387,7 +388,9 @@ class _KrylovSolve(torch.autograd.Function):
             rhs = rhs - _apply(pattern, dv, x)
         if any(d is not None for d in dparameters):
             rhs = rhs - _operator_jvp(spec, x, parameters, dparameters)
-        return _KrylovSolve.apply(spec, None, rhs, values, *parameters)
+        tangent = copy.copy(spec)  # same operator, check and preconditioner; its own report, so the
+        tangent.info = None        # forward's (returned by return_info) is not overwritten
+        return _KrylovSolve.apply(tangent, None, rhs, values, *parameters)
 
     @staticmethod
     def vmap(info, in_dims, spec, x0, b, values, *parameters):
