@@ -1972,5 +1972,189 @@ def inplace_accumulate(x, a, steps):
     return acc.sum()
 
 
+
+# ====================================== nested loops, writes at the counter, lists grown in long loops
+
+def _traj_list_jax(theta0, k, dt, steps):
+    def body(state, _):
+        theta, omega = state
+        omega = omega - dt * k * jnp.sin(theta) - dt * 0.05 * omega
+        theta = theta + dt * omega
+        return (theta, omega), theta
+
+    _, traj = lax.scan(body, (theta0, jnp.zeros_like(theta0)), None, length=steps)
+    return jnp.mean((traj - 0.2) ** 2)
+
+
+@case("physics", (0, 1), "list.append in a long loop, torch.stack after", _traj_list_jax,
+      lambda rng, small: (_s(rng, 0.3, 1.2), _s(rng, 0.5, 2.0), 0.05, _n(small, 6, 120)))
+def pendulum_trajectory_list(theta0, k, dt, steps):
+    theta = theta0
+    omega = torch.zeros_like(theta0)
+    traj = []
+    for _ in range(steps):
+        omega = omega - dt * k * torch.sin(theta) - dt * 0.05 * omega
+        theta = theta + dt * omega
+        traj.append(theta)
+    traj = torch.stack(traj)
+    return torch.mean((traj - 0.2) ** 2)
+
+
+def _ema_buffer_jax(x):
+    def body(prev, xi):
+        cur = 0.9 * prev + 0.1 * jnp.tanh(xi)
+        return cur, cur
+
+    _, rest = lax.scan(body, x[0], x[1:])
+    out = jnp.concatenate([x[:1], rest])
+    return jnp.sum((out - x) ** 2)
+
+
+@case("recurrence", 0, "out[i] = ... out[i - 1] ... into a zeros_like buffer", _ema_buffer_jax,
+      lambda rng, small: (rng.standard_normal(_n(small, 8, 200)),))
+def ema_into_buffer(x):
+    out = torch.zeros_like(x)
+    out[0] = x[0]
+    for i in range(1, len(x)):
+        out[i] = 0.9 * out[i - 1] + 0.1 * torch.tanh(x[i])
+    return ((out - x) ** 2).sum()
+
+
+def _rnn_list_jax(w, u, b, xs, ys):
+    def body(h, xy):
+        h = jnp.tanh(w * h + u * xy[0] + b)
+        return h, h
+
+    _, hs = lax.scan(body, jnp.zeros_like(w), (xs, ys))
+    return jnp.sum((hs - ys) ** 2)
+
+
+@case("rnn", (0, 1, 2), "hidden states appended per step, stacked for the loss", _rnn_list_jax,
+      lambda rng, small: (_s(rng, 0.2, 0.9), _s(rng, 0.5, 1.5), _s(rng, -0.2, 0.2),
+                          rng.standard_normal(_n(small, 6, 100)), rng.uniform(-0.5, 0.5, _n(small, 6, 100))))
+def rnn_hidden_states_list(w, u, b, xs, ys):
+    h = torch.tensor(0.0, dtype=w.dtype)
+    hs = []
+    for t in range(len(xs)):
+        h = torch.tanh(w * h + u * xs[t] + b)
+        hs.append(h)
+    hs = torch.stack(hs)
+    return torch.sum((hs - ys) ** 2)
+
+
+def _euler_states_jax(x0, k, steps, dt=0.02):
+    def body(x, _):
+        x = x + dt * (-k * x + jnp.cos(x))
+        return x, x
+
+    _, xs = lax.scan(body, x0, None, length=steps)
+    return jnp.mean(jnp.concatenate([x0[None], xs]) ** 2)
+
+
+@case("ode", (0, 1), "xs[i + 1] = x into a preallocated tensor", _euler_states_jax,
+      lambda rng, small: (_s(rng, -1, 1), _s(rng, 0.5, 2.0), _n(small, 6, 150)))
+def euler_states_buffer(x0, k, steps, dt=0.02):
+    xs = torch.zeros(steps + 1, dtype=x0.dtype)
+    xs[0] = x0
+    x = x0
+    for i in range(steps):
+        x = x + dt * (-k * x + torch.cos(x))
+        xs[i + 1] = x
+    return (xs ** 2).mean()
+
+
+def _implicit_steps_jax(y0, k, dt, steps, iters):
+    def step(_, y):
+        z = lax.fori_loop(0, iters, lambda _, z: y + dt * (-k * jnp.sin(z)), y)
+        return z
+
+    y = lax.fori_loop(0, steps, step, y0)
+    return jnp.sum(y ** 2)
+
+
+@case("ode", (0, 1, 2), "time loop over a fixed-point solve per step (nested loops)", _implicit_steps_jax,
+      lambda rng, small: (rng.uniform(-1, 1, 3), _s(rng, 0.5, 2.0), _s(rng, 0.02, 0.08), _n(small, 3, 40),
+                          _n(small, 3, 15)))
+def implicit_euler_fixed_point(y0, k, dt, steps, iters):
+    y = y0
+    for n in range(steps):
+        z = y
+        for it in range(iters):    # solve z = y + dt * f(z) by fixed-point iteration
+            z = y + dt * (-k * torch.sin(z))
+        y = z
+    return torch.sum(y ** 2)
+
+
+def _particles_jax(p0, sources, dt, steps):
+    def step(_, state):
+        p, vel = state
+
+        def pull(j, force):
+            d = p - sources[j]
+            return force - d / (d * d + 0.5) ** 1.5
+
+        force = lax.fori_loop(0, sources.shape[0], pull, jnp.zeros_like(p))
+        vel = vel + dt * force
+        return p + dt * vel, vel
+
+    p, vel = lax.fori_loop(0, steps, step, (p0, jnp.zeros_like(p0)))
+    return jnp.sum(p * p) + jnp.sum(vel)
+
+
+@case("physics", (0, 1), "particles pulled by every source each step (nested loops)", _particles_jax,
+      lambda rng, small: (rng.uniform(-1, 1, 3), rng.uniform(-2, 2, _n(small, 4, 20)), 0.02, _n(small, 3, 30)))
+def particles_in_source_field(p0, sources, dt, steps):
+    p = p0.clone()
+    vel = torch.zeros_like(p0)
+    for step in range(steps):
+        force = torch.zeros_like(p)
+        for j in range(len(sources)):
+            d = p - sources[j]
+            force = force - d / (d * d + 0.5) ** 1.5
+        vel = vel + dt * force
+        p = p + dt * vel
+    return (p * p).sum() + vel.sum()
+
+
+def _sgd_epochs_jax(w, lr, xs, ys, epochs):
+    def sample(i, w):
+        return w - lr * (w * xs[i] - ys[i]) * xs[i]
+
+    w = lax.fori_loop(0, epochs, lambda _, w: lax.fori_loop(0, xs.shape[0], sample, w), w)
+    return jnp.mean((w * xs - ys) ** 2)
+
+
+@case("optimization", (0, 1), "epochs of per-sample SGD (nested loops)", _sgd_epochs_jax,
+      lambda rng, small: (_s(rng, -1, 1), _s(rng, 0.01, 0.05), rng.standard_normal(_n(small, 4, 50)),
+                          rng.standard_normal(_n(small, 4, 50)), _n(small, 2, 20)))
+def sgd_epochs(w, lr, xs, ys, epochs):
+    for epoch in range(epochs):
+        for i in range(len(xs)):
+            err = w * xs[i] - ys[i]
+            w = w - lr * err * xs[i]
+    return ((w * xs - ys) ** 2).mean()
+
+
+def _loss_history_jax(x0, lr, a, steps):
+    def body(x, _):
+        loss = jnp.sum(a * x ** 2 + jnp.cos(3.0 * x))
+        x = x - lr * (2.0 * a * x - 3.0 * jnp.sin(3.0 * x))
+        return x, loss
+
+    _, losses = lax.scan(body, x0, None, length=steps)
+    return jnp.mean(losses)
+
+
+@case("optimization", (0, 1, 2), "losses.append(loss) per step of gradient descent, stacked", _loss_history_jax,
+      lambda rng, small: (rng.uniform(-1, 1, 3), _s(rng, 0.01, 0.05), rng.uniform(0.5, 2.0, 3), _n(small, 5, 100)))
+def loss_history_mean(x0, lr, a, steps):
+    x = x0
+    losses = []
+    for step in range(steps):
+        loss = torch.sum(a * x ** 2 + torch.cos(3.0 * x))
+        losses.append(loss)
+        x = x - lr * (2.0 * a * x - 3.0 * torch.sin(3.0 * x))
+    return torch.stack(losses).mean()
+
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}
 assert len(CASES_BY_NAME) == len(CASES), "corpus names must be unique"

@@ -131,6 +131,21 @@ def body_size(loop: ssa.Loop) -> int:
     return max(total, 1)
 
 
+def holds_loop(loop: ssa.Loop) -> bool:
+    """Whether a traced loop is nested in ``loop``'s body."""
+    seen: set = set()
+    stack = list(ssa.body_nodes(loop))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ssa.Loop):
+            return True
+        stack.extend(ssa.children(node))
+    return False
+
+
 class Elevator:
     def __init__(self, graph: ssa.Graph, record: Record | None, max_segment: int = 30,
                  closed_forms: bool = True, symbolic_trips: bool = True):
@@ -380,7 +395,8 @@ class Elevator:
                                   "unrolled with the recorded trip count (C9)")
         if ctx.analysis:
             raise NoClosedForm("nested loop without a closed form")
-        short = loop.trip is not None and loop.trip <= UNROLL_SHORT_TRIPS and loop.trip * body_size(loop) <= UNROLL_SHORT
+        short = (loop.trip is not None and loop.trip <= UNROLL_SHORT_TRIPS and loop.trip * body_size(loop) <= UNROLL_SHORT
+                 and not holds_loop(loop))  # (unrolling it would unroll its nested loops too: their budget)
         if self.reverse_loops and ctx.mode == "top" and not ctx.path and not short:
             from sparsad.coarsen import revloop
             why = revloop.eligible(loop)
@@ -394,10 +410,19 @@ class Elevator:
 
     def _compiled_loop(self, loop: ssa.Loop, ctx: _Ctx, inits):
         """The loop as generated forward/reverse loops over one symbolic iteration (``revloop``)."""
+        ident = len(self.loop_bodies)
+        self.loop_bodies[ident] = None  # (reserved: loops nested in this one are numbered after it)
+        try:
+            return self._compiled_loop_numbered(loop, ctx, inits, ident)
+        except BaseException:
+            for key in [key for key in self.loop_bodies if key >= ident]:
+                del self.loop_bodies[key]
+            raise
+
+    def _compiled_loop_numbered(self, loop: ssa.Loop, ctx: _Ctx, inits, ident: int):
         from sparsad.coarsen import revloop
         from sparsad.coarsen.symbolic import LoopFwd, Pick
 
-        ident = len(self.loop_bodies)
         body = revloop.build(self, loop, ctx, ident)
         n, broke = self._trips(loop, ctx, True)
         values = []

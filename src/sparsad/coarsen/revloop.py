@@ -16,7 +16,10 @@ A ``break`` adds the partial iteration it ends: ``_loop_bfw_K`` (the state at th
 same forward statements) and ``_loop_brk_K`` (its adjoint), run when the recorded "broke" flag is
 set.  A traced ``if`` in the body becomes a select on its predicate, evaluated in each iteration
 (both the forward and the reverse loop take the arm the state gives).  Eligible: a top-level loop
-whose body holds no nested traced loop, reading elements ``x[±i + c]`` of 1-d loop-invariant vectors.
+reading elements ``x[±i + c]`` of 1-d loop-invariant vectors.  A nested loop with the same trip count
+in every iteration becomes a compiled loop of its own (numbered after the outer one), called from the
+outer iteration: its ``_loop_fwd_K`` runs in the outer forward statements and its ``_loop_rev_K`` in
+the outer iteration's adjoint; a short one is unrolled in the iteration instead.
 """
 from __future__ import annotations
 
@@ -86,7 +89,12 @@ class LoopBody:
 
 
 def eligible(loop: ssa.Loop) -> str | None:
-    """None when ``loop`` can become a compiled reverse loop, else why not."""
+    """None when ``loop`` can become a compiled reverse loop, else why not.
+
+    A nested traced loop is allowed when its trip count is the same in every iteration (a ``for``
+    over a static range without ``break``) and it is eligible itself: it then becomes a compiled
+    loop called from this one's iteration (or is unrolled there when short)."""
+    enclosing = set(loop.scope) | {loop.site}
     seen: set = set()
     stack = list(ssa.body_nodes(loop))
     while stack:
@@ -99,10 +107,15 @@ def eligible(loop: ssa.Loop) -> str | None:
                 return f"it holds an `if` on a traced value (line {node.site[0]})"
             stack.append(node.test)  # (selected per iteration: its predicate is part of the body)
         if isinstance(node, ssa.Loop):
-            return f"it holds a nested traced loop (line {node.site[0]})"
+            if node.trip is None or node.break_site is not None:
+                return (f"it holds a nested traced loop whose trip count is recorded per iteration "
+                        f"(line {node.site[0]}: a `while`, a `break` or a bound from the counter)")
+            why = eligible(node)
+            if why is not None:
+                return f"its nested loop at line {node.site[0]} cannot be compiled ({why})"
         if isinstance(node, ssa.Index) and node.site == loop.site and len(node.base.shape) != 1:
             return "it indexes the rows of a matrix with the counter"
-        if isinstance(node, ssa.LoopIndex) and node.site != loop.site:
+        if isinstance(node, (ssa.LoopIndex, ssa.Index)) and node.site not in enclosing:
             return "it reads the counter of another loop"
         stack.extend(ssa.children(node))
     return None
@@ -126,6 +139,15 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
             self.invariant_syms: list = []
             self.element_list: list = []
             self.outer_memo: dict = {}
+            self.loop_bodies = outer.loop_bodies   # (nested compiled loops: one numbering per program)
+            self.deps = outer.deps
+            self.outside = frozenset(loop.scope)   # sites of the loops around this one
+
+        def _trips(self, inner, ctx, symbolic):
+            if inner.trip is None or inner.break_site is not None:
+                raise NotReversible(f"the nested loop at line {inner.site[0]} has a trip count recorded per "
+                                    "iteration")
+            return sp.Integer(inner.trip), None
 
         def fresh(self, prefix, shape=()):
             sym = super().fresh(f"{prefix}_L{ident}_", shape)
@@ -133,7 +155,7 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
 
         def ev(self, node, ctx):
             deps = ssa.loop_dependencies(node, outer.deps)
-            if loop.site not in deps:
+            if deps <= self.outside:  # (nothing of this loop's iteration or of loops nested in it)
                 return self.invariant(node)
             key = id(node)
             if key in ctx.memo:
@@ -159,10 +181,16 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
         def _ev(self, node, ctx):
             if isinstance(node, ssa.Carried):
                 if node.site != loop.site:
-                    raise NotReversible("a value carried by another loop")
+                    if (node.site, node.k) not in ctx.carried:
+                        raise NotReversible("a value carried by another loop")
+                    return ctx.carried[(node.site, node.k)]  # (a nested loop unrolled in the iteration)
                 return self.placeholders[node.k]
-            if isinstance(node, ssa.LoopIndex):
+            if isinstance(node, ssa.LoopIndex) and node.site == loop.site:
                 return self.counter_sym
+            if isinstance(node, (ssa.LoopIndex, ssa.Index)) and node.site != loop.site:
+                if node.site not in ctx.index:
+                    raise NotReversible("the counter of another loop")
+                return super()._ev(node, ctx)  # (a nested loop unrolled in the iteration)
             if isinstance(node, ssa.Index):
                 base = self.ev(node.base, ctx)
                 if not isinstance(base, sp.Symbol) or base not in self.invariant_syms:
@@ -188,9 +216,9 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
                 if not isinstance(test, sp.logic.boolalg.Boolean):
                     test = sp.Ne(test, 0)
                 return sp.Piecewise((then, test), (orelse, True))
-            if isinstance(node, (ssa.Phi, ssa.Loop, ssa.LoopOut)):
+            if isinstance(node, ssa.Phi):
                 raise NotReversible(f"{type(node).__name__} inside the loop body")
-            return super()._ev(node, ctx)
+            return super()._ev(node, ctx)  # (a nested loop: compiled as a loop of its own, or unrolled)
 
     body = BodyElevator()
     top = _Ctx("top")
@@ -198,6 +226,7 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
     outs = [stabilize(body.ev(u, top)) for u in loop.updates]
     if loop.before_break is not None:
         outs += [stabilize(body.ev(b, top)) for b in loop.before_break]
+    outer.notes.extend(f"(inside the loop at line {loop.site[0]}) {note}" for note in body.notes)
     body.segments = [Segment(s.sym, None if s.expr is None else stabilize(s.expr), s.shape, s.kind, s.base, s.key)
                      for s in body.segments]
     segments, outs = split_reductions(body.segments, outs, body)
@@ -205,12 +234,13 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
     inputs = (body.placeholders + body.invariant_syms + [e[0] for e in body.element_list] + [body.counter_sym])
     for sym in inputs:
         body.shapes.setdefault(sym, ())
-    elev = Elevation(inputs, segments, updates, body.shapes, [], dict(body.iotas), [], [])
+    nested = {k: v for k, v in body.loop_bodies.items() if v is not None}
+    elev = Elevation(inputs, segments, updates, body.shapes, [], dict(body.iotas), [], [], loops=nested)
     wrt = list(range(len(inputs) - 1))  # not the counter
     program = differentiate(elev, wrt, simplify=False)
     break_program = None
     if before is not None:
-        break_elev = Elevation(inputs, segments, before, body.shapes, [], dict(body.iotas), [], [])
+        break_elev = Elevation(inputs, segments, before, body.shapes, [], dict(body.iotas), [], [], loops=nested)
         break_program = differentiate(break_elev, wrt, simplify=False)
     forward = []
     from sparsad.coarsen.adjoint import _ViewRef

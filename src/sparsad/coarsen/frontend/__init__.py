@@ -61,6 +61,8 @@ class Tracer(ExpressionsMixin, CallsMixin, ContainersMixin, StatementsMixin, Loo
         self.notes: list[str] = []              # decisions worth explaining (see ``explain``)
         self.compiled_loops = True             # whether loops without closed form can become compiled loops
         self.short_loops: dict = {}             # site -> whether the traced `for` may be unrolled while tracing
+        self.masked: dict = {}                  # site -> range of a long loop whose writes/reads at the counter
+                                                 # are whole-vector selects (see containers.masked_write)
         self.own_lists: dict[int, tuple] = {}   # id -> (list, traced-loop depth at its creation): lists made here
         self.narrow: dict[int, str] = {}         # id -> dtype of constant tensors made with another dtype
         self.origins: dict[int, tuple] = {}      # id of a Carried node -> (it, value before the loop, env there)

@@ -136,6 +136,8 @@ class CallsMixin:
             return total
         if func is builtins.len and _traced(args[0]):
             return args[0].shape[0]
+        if func is builtins.len and len(args) == 1 and isinstance(args[0], (list, tuple)):
+            return len(args[0])  # (a list or tuple holding traced values: its length is known)
         if func is builtins.range and not kwargs and any(_traced(a) for a in args):
             start = args[0] if len(args) == 2 else 0
             if len(args) in (1, 2) and isinstance(start, int) and _traced(args[-1]) and \

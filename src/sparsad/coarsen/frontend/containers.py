@@ -9,6 +9,7 @@ import numpy as np
 from sparsad.coarsen import ssa
 from sparsad.coarsen.source import CoarsenUnsupported
 from sparsad.coarsen.frontend.values import (
+    _IndexVar,
     DYNAMIC,
     _NeedsStaticLoop,
     _Stacked,
@@ -23,6 +24,9 @@ from sparsad.coarsen.frontend.values import (
     _short,
     _source_line,
 )
+
+
+MASKED_HISTORY = 1 << 22   # entries a vector written at the counter keeps over a loop (32 MB of float64)
 
 
 class ContainersMixin:
@@ -208,6 +212,9 @@ class ContainersMixin:
     def stack(self, items, dim, node) -> _Stacked:
         if not items:
             raise CoarsenUnsupported(f"line {node.lineno}: stack of an empty list")
+        whole = _rows_of_one_vector(items)
+        if whole is not None and dim in (0, -1):
+            return whole  # (a list grown in a loop compiled whole: its buffer)
         if len(items) > MAX_PIECES:
             raise CoarsenUnsupported(f"line {node.lineno}: stack of {len(items)} pieces (at most {MAX_PIECES})")
         pieces = [v if isinstance(v, _Stacked) else self.const(v) for v in items]
@@ -325,6 +332,8 @@ class ContainersMixin:
                                          f"Python {type(base).__name__}")
             raise CoarsenUnsupported(f"line {line}: item assignment into {type(base).__name__} {name!r}")
         counters = _key_counters(key)
+        if isinstance(key, _IndexVar) and key.site in self.masked:
+            return self.masked_write(name, base, key, value, env, target)
         if counters:
             raise _NeedsStaticLoop(f"line {line}: `{_source_line(target)} = ...` writes at a loop counter", counters)
         why = self.writable(base, name, env)
@@ -361,6 +370,54 @@ class ContainersMixin:
             items[k] = fitted
         env[name] = _Stacked(items)
 
+    def counter_position(self, key: _IndexVar, length: int, node):
+        """``stride * i + offset`` as a traced position in ``0..length-1`` over the whole masked loop (a
+        Python negative index is shifted when every iteration's is negative; mixed signs are refused)."""
+        loop = self.masked[key.site]
+        ends = [key.stride * i + key.offset for i in (loop[0], loop[-1])]
+        low, high = min(ends), max(ends)
+        if 0 <= low and high < length:
+            shift = 0
+        elif -length <= low and high < 0:
+            shift = length
+        else:
+            raise CoarsenUnsupported(f"line {node.lineno}: `{_source_line(node)}` reaches positions {low}..{high} "
+                                     f"of a tensor of {length} rows over the loop (out of range or wrapping)")
+        counter = ssa.LoopIndex((), key.site, key.first)
+        return self.op("add", self.op("mul", counter, float(key.stride)), float(key.offset + shift))
+
+    def at_counter(self, shape, key: _IndexVar, node):
+        """The mask ``iota == position`` (as ``|iota - position| < 1/2``: both are whole numbers)."""
+        position = self.counter_position(key, shape[0], node)
+        return self.op("lt", self.op("abs", self.op("sub", ssa.Iota(shape), position)), 0.5)
+
+    def masked_write(self, name: str, base, key: _IndexVar, value, env, target) -> None:
+        """``x[i] = v`` in a long loop: ``x = where(iota == i, v, x)`` (``x`` carried as a whole vector)."""
+        line = target.lineno
+        if isinstance(base, _Stacked):
+            base = self.materialize(base)
+        if not isinstance(base, ssa.Node) or len(base.shape) != 1:
+            raise CoarsenUnsupported(f"line {line}: `{_source_line(target)} = ...` in a loop of more than "
+                                     f"{STATIC_UNROLL} iterations: only vectors are written at the counter")
+        if base.shape[0] * len(self.masked[key.site]) > MASKED_HISTORY:
+            raise CoarsenUnsupported(f"line {line}: `{_source_line(target)} = ...`: the compiled loop would keep "
+                                     f"{base.shape[0]} entries for each of {len(self.masked[key.site])} iterations "
+                                     f"(more than {MASKED_HISTORY})")
+        why = self.writable(base, name, env)
+        if why:
+            raise CoarsenUnsupported(f"line {line}: `{_source_line(target)} = ...` writes in place into {name!r}, "
+                                     f"which {why}; autograd would see the write there too")
+        if (_traced(value) and value.shape != ()) or not (_traced(value) or isinstance(value, (int, float))):
+            raise CoarsenUnsupported(f"line {line}: `{_source_line(target)} = ...` writes a value that is not a "
+                                     "scalar")
+        mask = self.at_counter(base.shape, key, target)
+        env[name] = self.op("where", mask, value, base)
+
+    def masked_read(self, base: ssa.Node, key: _IndexVar, node):
+        """``x[i + c]`` of a vector that changes in a masked loop: ``sum(where(iota == i + c, x, 0))``."""
+        mask = self.at_counter(base.shape, key, node)
+        return ssa.Reduce((), self.op("where", mask, base, 0.0))
+
     def writable(self, value, name: str, env) -> str | None:
         """Why an in-place write into ``value`` (bound to ``name``) would be seen elsewhere, or None."""
         while True:
@@ -376,3 +433,15 @@ class ContainersMixin:
             if origin is None or origin[0] is not value:
                 return None
             _, value, env = origin  # loop state: the tensor it started from must be free too
+
+
+def _rows_of_one_vector(items) -> ssa.Node | None:
+    """The vector ``v`` when ``items`` is exactly ``[v[0], v[1], ..., v[n - 1]]`` (views), else None."""
+    if not items or not all(isinstance(v, ssa.View) and v.shape == () for v in items):
+        return None
+    base = items[0].base
+    if base.shape != (len(items),):
+        return None
+    if all(v.base is base and v.key == k for k, v in enumerate(items)):
+        return base
+    return None

@@ -370,6 +370,8 @@ class ExpressionsMixin:
                 raise CoarsenUnsupported(f"line {node.lineno}: indexing a scalar")
             if not -base.shape[0] <= key.offset + key.stride * key.first <= base.shape[0] - 1:
                 raise CoarsenUnsupported(f"line {node.lineno}: index out of range at the loop's first iteration")
+            if key.site in self.masked and len(base.shape) == 1 and key.site in ssa.loop_dependencies(base, {}):
+                return self.masked_read(base, key, node)
             return ssa.Index(base.shape[1:], base, key.site, key.offset, key.stride)
         if counters:
             raise _NeedsStaticLoop(f"line {node.lineno}: a tensor indexed by `{_source_line(node.slice)}` (a loop "

@@ -12,6 +12,8 @@ import numpy as np
 from sparsad.coarsen import ssa
 from sparsad.coarsen.source import CoarsenUnsupported
 from sparsad.coarsen.frontend.values import (
+    _aliased,
+    _Stacked,
     DYNAMIC,
     DynamicInTensorMath,
     _NeedsStaticLoop,
@@ -84,8 +86,7 @@ class LoopsMixin:
             if site_of(node) not in why.sites:
                 raise
             if len(iterable) > STATIC_UNROLL:
-                raise CoarsenUnsupported(f"{why} (the loop at line {node.lineno} would be unrolled while tracing, "
-                                         f"but it has {len(iterable)} iterations, more than {STATIC_UNROLL})") from None
+                return self.masked_loop(node, env, iterable, index, saved, why)
         # the counter is needed as a Python int: a short loop is unrolled while tracing
         note = (f"loop at line {node.lineno}: unrolled while tracing ({len(iterable)} iterations): "
                 f"{str(why).split(': ', 1)[-1]}")
@@ -99,6 +100,72 @@ class LoopsMixin:
             env[node.target.id] = i
             env = self.run(node.body, env)
         return env
+
+    def masked_loop(self, node, env, iterable: range, index, saved, why):
+        """A long loop that writes (or reads back) a vector at its counter (``x[i] = v``, ``x[i - 1]``):
+        traced again with those accesses as whole-vector selects on the counter, so it stays one traced
+        loop (compiled as a loop when it has no closed form) whatever its trip count."""
+        site = site_of(node)
+        del self.loops[saved[0]:]
+        del self.branch_sites[saved[1]:]
+        self.scopes[-1] = dict(saved[2])
+        self.masked[site] = iterable
+        try:
+            node, env, buffers = self.appends_as_writes(node, env, len(iterable), iterable.start)
+            out = self._loop(node, env, "for", len(iterable), iterable.start, {node.target.id: index})
+            for name in buffers:  # the grown list: the rows of the buffer the loop filled
+                vector = out[name]
+                out[name] = self.new_list([ssa.View((), vector, k) for k in range(vector.shape[0])])
+            return out
+        except _NeedsStaticLoop as again:
+            raise CoarsenUnsupported(f"{why} (the loop at line {node.lineno} would be unrolled while tracing, "
+                                     f"but it has {len(iterable)} iterations, more than {STATIC_UNROLL}; "
+                                     f"{str(again).split(': ', 1)[-1]})") from None
+        finally:
+            del self.masked[site]
+
+    def appends_as_writes(self, node: ast.For, env: dict, trips: int, start: int):
+        """``xs.append(v)`` once per iteration (a statement of the body itself) into a list this function
+        made, not otherwise used in the body: the list becomes a buffer preallocated for the items it
+        has plus one per iteration, and the append a write at the counter (``xs[i + c] = v``).
+        Returns the rewritten loop, the environment with the buffers and their names."""
+        names = []
+        for stmt in node.body:
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
+                    and isinstance(call.func.value, ast.Name) and len(call.args) == 1 and not call.keywords):
+                names.append(call.func.value.id)
+        buffers = []
+        for name in dict.fromkeys(names):
+            current = env.get(name)
+            owned = self.own_lists.get(id(current))
+            uses = sum(isinstance(sub, ast.Name) and sub.id == name for stmt in node.body for sub in ast.walk(stmt))
+            if (names.count(name) != 1 or uses != 1 or not isinstance(current, list) or owned is None
+                    or owned[0] is not current or _aliased(current, name, env)
+                    or any(_traced(v) and v.shape != () for v in current)):
+                continue
+            buffers.append(name)
+        if not buffers:
+            return node, env, []
+        node = copy.deepcopy(node)
+        env = dict(env)
+        body = []
+        for stmt in node.body:
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            name = call.func.value.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) else None
+            if name in buffers and call.func.attr == "append":
+                shift = len(env[name]) - start
+                position = ast.BinOp(ast.Name(node.target.id, ast.Load()), ast.Add(), ast.Constant(shift))
+                target = ast.Subscript(ast.Name(name, ast.Load()), position, ast.Store())
+                stmt = ast.copy_location(ast.Assign([target], call.args[0]), stmt)
+                ast.fix_missing_locations(stmt)
+            body.append(stmt)
+        node.body = body
+        for name in buffers:
+            items = list(env[name]) + [0.0] * trips
+            env[name] = self.materialize(_Stacked(items)) if any(_traced(v) for v in items) else \
+                ssa.Const((len(items),), 0.0)
+        return node, env, buffers
 
     def row_sequence(self, expr: ast.expr, env: dict, site: ssa.Site):
         """What a ``for`` at ``site`` iterates over: a ``_RowSequence`` when it walks the rows of traced
