@@ -3,7 +3,7 @@
 ``bench/coarsen.py`` measures each corpus function in a worker subprocess, with several input
 draws, error checks and first-call times.  This suite measures only what a training loop sees:
 after the first calls and once the Numba tiers compiled in the background are in use
-(``tiers.wait()``), the best time per call of ``coarsen.grad`` against plain PyTorch autograd and
+(``tiers.wait()``), the time per call (best of batches, ``bench.coarsen.per_call_time``) of ``coarsen.grad`` against plain PyTorch autograd and
 ``jax.jit(jax.grad)`` of the JAX twin, on the natural sizes, plus the first and second call times
 (the second call used to compile the recording primal in the calling process).  A function whose
 calls overrun ``--timeout`` seconds (default 60; a child compiling on a loaded machine counts) is
@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from bench.common import RESULTS_DIR, best_time, plot_bars, print_table, write_csv
+from bench.common import RESULTS_DIR, plot_bars, print_table, write_csv
 
 COLUMNS = ["function", "status", "first_call_s", "second_call_s", "rel_err", "torch_ms", "coarsen_ms", "jax_ms",
            "speedup_vs_torch", "speedup_vs_jax", "cause"]
@@ -37,7 +37,7 @@ def measure(name: str, small: bool, timeout: float, repeat: int = 7) -> dict:
     import jax
 
     import sparsad.coarsen as coarsen
-    from bench.coarsen import gradient_reference, relative_error
+    from bench.coarsen import SETTLE_ROUNDS, gradient_reference, per_call_time, relative_error
     from bench.corpora.coarsen import CASES_BY_NAME, draw
     from sparsad.coarsen import tiers
 
@@ -58,8 +58,9 @@ def measure(name: str, small: bool, timeout: float, repeat: int = 7) -> dict:
                 start = time.perf_counter()
                 gradient(*args)
                 row[key] = time.perf_counter() - start
-            tiers.wait()
-            out = gradient(*args)
+            for _ in range(SETTLE_ROUNDS):  # background symbolic work and Numba tiers: the steady state
+                tiers.wait()
+                out = gradient(*args)
         fallbacks = [str(w.message).split("autograd: ", 1)[-1] for w in caught
                      if issubclass(w.category, coarsen.CoarsenFallbackWarning)]
         row["status"] = "fallback" if fallbacks else "coarsened"
@@ -68,9 +69,9 @@ def measure(name: str, small: bool, timeout: float, repeat: int = 7) -> dict:
         leaves = [a.detach().clone().requires_grad_(i in case.argnums) if isinstance(a, torch.Tensor) else a
                   for i, a in enumerate(args)]
         wanted = [leaves[i] for i in case.argnums]
-        t_torch = best_time(lambda: torch.autograd.grad(case.torch_fn(*leaves), wanted, allow_unused=True),
-                            repeat=repeat)
-        t_coarsen = best_time(lambda: gradient(*args), repeat=repeat)
+        t_torch = per_call_time(lambda: torch.autograd.grad(case.torch_fn(*leaves), wanted, allow_unused=True),
+                                repeat=repeat)
+        t_coarsen = per_call_time(lambda: gradient(*args), repeat=repeat)
         signal.alarm(0)
         row.update(torch_ms=1e3 * t_torch, coarsen_ms=1e3 * t_coarsen, speedup_vs_torch=t_torch / t_coarsen)
         with jax.enable_x64(True):
@@ -78,7 +79,7 @@ def measure(name: str, small: bool, timeout: float, repeat: int = 7) -> dict:
             static = tuple(i for i, a in enumerate(jargs) if not isinstance(a, jax.Array))
             jitted = jax.jit(jax.grad(case.jax_fn, argnums=case.argnums), static_argnums=static)
             jax.block_until_ready(jitted(*jargs))
-            t_jax = best_time(lambda: jax.block_until_ready(jitted(*jargs)), repeat=repeat)
+            t_jax = per_call_time(lambda: jax.block_until_ready(jitted(*jargs)), repeat=repeat)
         row.update(jax_ms=1e3 * t_jax, speedup_vs_jax=t_jax / t_coarsen)
     except _Overrun:
         row.update(status="timeout", cause=f"no result within {timeout:.0f} s")

@@ -9,7 +9,7 @@ import torch
 
 from helpers_coarsen import bgd_args, load_function, no_fallback, rel_err, torch_reference  # noqa: F401
 import sparsad.coarsen as coarsen
-from sparsad.coarsen import api, apps, numba_primal
+from sparsad.coarsen import api, apps, numba_primal, ready
 from sparsad.coarsen.plan import FAST_PRIMAL_AFTER, CoarsenFallbackWarning
 
 TOL = 1e-10
@@ -78,7 +78,7 @@ def test_several_arguments_vector_and_scalar_gradients():
 
 
 def test_log_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(api, "READY_LOG_CACHE", 2)
+    monkeypatch.setattr(ready, "READY_LOG_CACHE", 2)
     fn = coarsen.symbolic(apps.bgd_hyperopt)
     grad = coarsen.grad(fn, argnums=2)
     _warm(grad, bgd_args())

@@ -7,7 +7,8 @@ import struct
 import types
 from typing import Callable, Sequence
 
-from sparsad.coarsen import numba_primal
+from sparsad.coarsen import budget, numba_primal, ready
+from sparsad.coarsen.budget import Deferred
 from sparsad.coarsen.frontend import CoarsenUnsupported
 from sparsad.coarsen.guards import Unkeyable, fingerprint
 from sparsad.coarsen.plan import Plan, build_plan, fallback_warning, param_values, signature
@@ -57,6 +58,7 @@ class Coarsened:
         self._plans: dict = {}      # signature -> plans (newest last), each valid while its guards hold
         self._disabled: dict = {}
         self._unkeyable: set = set()
+        self._pending: dict = {}    # traces running in the background (budget.in_background)
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj, objtype=None):
@@ -79,6 +81,8 @@ class Coarsened:
         return tuple(bound.args)
 
     def plan(self, args: tuple) -> Plan | None:
+        """The plan for ``args``' signature (traced now if none is current); None when the signature
+        falls back.  Raises ``budget.Deferred`` while a trace goes on in the background."""
         try:
             sig = signature(args)
         except Unkeyable as why:
@@ -94,7 +98,10 @@ class Coarsened:
             if plan.current():
                 return plan
         try:
-            plan = build_plan(self.fn, args, self.max_segment, self.closed_forms)
+            plan = budget.in_background(self._pending, sig, lambda: build_plan(self.fn, args, self.max_segment,
+                                                                                self.closed_forms))
+        except Deferred:
+            raise
         except Exception as why:  # unsupported constructs, and any failure of the machinery itself
             self.disable(args, why)
             return None
@@ -120,19 +127,25 @@ class Coarsened:
         except CoarsenUnsupported as why:
             fallback_warning(self.fn, why)
             return self.fn(*args, **kwargs)
-        plan = self.plan(call)
-        if plan is None:
-            return self.fn(*call)
-        try:
-            if backend == "jax":
-                from sparsad.coarsen import jax_splice
-                return jax_splice.apply(self, plan, call)
-            from sparsad.coarsen import torch_splice
-            return torch_splice.apply(self, plan, call)
-        except Exception as why:  # the machinery failed: the user's function with plain autograd
-            result = self.fn(*call)  # (an error of the user's own code propagates from here)
-            self.disable(call, why)
-            return result
+        with budget.call_deadline():
+            try:
+                plan = self.plan(call)
+            except Deferred:  # (traced in the background meanwhile)
+                return self.fn(*call)
+            if plan is None:
+                return self.fn(*call)
+            try:
+                if backend == "jax":
+                    from sparsad.coarsen import jax_splice
+                    return jax_splice.apply(self, plan, call)
+                from sparsad.coarsen import torch_splice
+                return torch_splice.apply(self, plan, call)
+            except Deferred:
+                return self.fn(*call)
+            except Exception as why:  # the machinery failed: the user's function with plain autograd
+                result = self.fn(*call)  # (an error of the user's own code propagates from here)
+                self.disable(call, why)
+                return result
 
 
 def symbolic(fn: Callable | None = None, *, max_segment: int = 30, closed_forms: bool = True,
@@ -269,10 +282,13 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
                 return result
         wanted = _check_argnums(args, nums, getattr(coarse.fn, "__name__", "f"))
         backend = _backend(args)
-        plan = coarse.plan(args)
-        if plan is not None:
+        with budget.call_deadline():  # symbolic work past it goes on in the background: autograd meanwhile
             try:
-                return _symbolic_gradient(coarse, plan, args, wanted, single, backend, fast)
+                plan = coarse.plan(args)
+                if plan is not None:
+                    return _symbolic_gradient(coarse, plan, args, wanted, single, backend, fast)
+            except Deferred:
+                pass
             except Exception as why:  # unsupported, or the machinery failed: plain autograd
                 result = _autodiff_gradient(coarse.fn, args, wanted, single, backend)
                 coarse.disable(args, why)
@@ -428,23 +444,7 @@ def _ready_call(adjoint, tensor_positions, picks, one, single, args):
     if direct is not None:  # the jitted adjoint: NumPy views in, the wanted gradients out
         wanted = sorted({k for k, _ in picks})
         order = tuple((wanted.index(k), n, args[n].dim() == 0) for k, n in picks)
-        kinds = tuple((i, args[i].dim() == 0) for i in tensor_positions)
-        Tensor, finish = torch.Tensor, _gradient_finisher()
-
-        def call(args):
-            values = []
-            for i, scalar in kinds:
-                a = args[i]
-                if not isinstance(a, Tensor) or not a.is_cpu:
-                    return _MISS
-                values.append(a.item() if scalar else (a.detach().numpy() if a.requires_grad else a.numpy()))
-            grads = direct(*values, 1.0)
-            if single:
-                j, n, scalar = order[0]
-                return finish(grads[j], args[n], scalar)
-            return tuple([finish(grads[j], args[n], scalar) for j, n, scalar in order])
-
-        return call
+        return ready.straight_call(direct, tuple(tensor_positions), order, single, args)
 
     def call(args):
         with torch.no_grad():
@@ -455,131 +455,13 @@ def _ready_call(adjoint, tensor_positions, picks, one, single, args):
     return call
 
 
-_MISS = object()  # a ready-made call could not serve these arguments: take the general path
-
-
-def _gradient_finisher():
-    """finish(g, like, scalar): a gradient the jitted adjoint returned, as a tensor fitted to
-    `like` (the argument it belongs to; `scalar` when that is 0-d)."""
-    import numpy as np
-    import torch
-
-    from sparsad.coarsen.torch_splice import fit_gradient
-
-    from_numpy, array, ndarray, contiguous = torch.from_numpy, np.array, np.ndarray, np.ascontiguousarray
-
-    def finish(g, like, scalar):
-        if scalar and type(g) is float:
-            return from_numpy(array(g))   # a Python float: a 0-d float64 array
-        if type(g) is ndarray:
-            return fit_gradient(from_numpy(contiguous(g)), like)
-        return fit_gradient(float(g), like)
-
-    return finish
-
-
-READY_LOG_CACHE = 256  # distinct event logs (trip counts, decisions) a ready-made recorded call remembers
+_MISS = ready.MISS  # a ready-made call could not serve these arguments: take the general path
 
 
 def _ready_recorded_call(plan: Plan, wrt, nums, positions, single, args):
-    """Gradient call for code with recorded control flow whose primal runs under Numba.
-
-    Everything that depends only on the signature is decided here, once: which arguments are
-    tensors, the primal's defaults, how each gradient becomes a tensor.  A call then converts
-    each tensor once (0-d ones to floats, others to NumPy views), runs the Numba primal into an
-    event log and looks the log up: the record, the elevation, the verified jitted adjoint and
-    its parameter values are functions of the log alone (and elevations are only ever appended,
-    so the first one matching a record stays the first), so they are computed on the first
-    occurrence of a log and reused.  The same NumPy values go into the jitted adjoint; no
-    ``Record`` is built and no torch operation runs except wrapping the gradients.
-
-    Anything unusual (a tensor off the CPU, an elevation not compiled or verified yet, an
-    overflowing event log) returns ``_MISS`` and the general path runs.
-    """
-    import numpy as np
-    import torch
-
-    primal = plan.fast_primal
-    jitted_primal = primal.jitted
-    sites = primal.sites
-    n_params = primal.n_params
-    tensor_positions = tuple(node.index for node in plan.graph.inputs)
-    like = args[tensor_positions[wrt[0]]]
-    key_tail = (wrt, "torch", str(like.dtype), str(like.device))
-    capacity = numba_primal.CAPACITY
-    n_words = 2 + 3 * capacity
-    logs: dict = {}    # event log (bytes) -> (jitted adjoint, parameter values)
-    buffers: list = []  # spare event arrays (list.pop/append are atomic: safe across threads)
-    Tensor, value = torch.Tensor, numba_primal.numba_value
-
-    # where each wanted gradient comes from (position in the adjoint's results, argument index)
-    # and whether that argument is 0-d (the key fixes shapes; float64 CPU tensors only get here)
+    """Gradient call for code with recorded control flow whose primal runs under Numba (``ready``)."""
     picks = tuple((wrt.index(positions[n]), n, args[n].dim() == 0) for n in nums)
-    tensor_kinds = tuple((i, args[i].dim() == 0) for i in tensor_positions)
-    prefix = len(tensor_positions) if tensor_positions == tuple(range(len(tensor_positions))) else None
-
-    finish = _gradient_finisher()
-
-    def lookup(log: bytes, n: int, ev):
-        """(jitted adjoint, parameter values) for an event log not seen before, or None."""
-        record = numba_primal.replay(ev, n, sites)
-        try:
-            elev = plan.elevation(record)
-        except CoarsenUnsupported:
-            return None
-        compiled = plan.compiled.get((id(elev),) + key_tail)
-        if compiled is None or not compiled.verified or getattr(compiled.fn, "direct", None) is None:
-            return None
-        jitted = compiled.fn.direct()
-        if jitted is None:
-            return None
-        params = tuple(float(v) if isinstance(v, bool) else v for v in param_values(elev, record))
-        if len(logs) >= READY_LOG_CACHE:
-            logs.clear()
-        logs[log] = found = (jitted, params)
-        return found
-
-    del args  # only their signature was needed
-
-    def call(args):
-        if len(args) != n_params:
-            try:
-                args = primal.full_args(args)
-            except numba_primal.NumbaPrimalUnsupported:
-                return _MISS
-        values = list(args)
-        for i, scalar in tensor_kinds:
-            a = args[i]
-            if not isinstance(a, Tensor) or not a.is_cpu:
-                return _MISS
-            values[i] = value(a, scalar)
-        if buffers:
-            ev = buffers.pop()
-            ev[0] = 0
-        else:
-            ev = np.empty(n_words, dtype=np.int64)
-            ev[0], ev[1] = 0, capacity
-        jitted_primal(ev, *values)
-        primal.calls += 1
-        n = ev.item(0)
-        if n > capacity:
-            return _MISS
-        log = ev[2:2 + 3 * n].tobytes()
-        found = logs.get(log)
-        if found is None:
-            found = lookup(log, n, ev)
-            if found is None:
-                return _MISS
-        buffers.append(ev)
-        jitted, params = found
-        grads = jitted(*(values[:prefix] if prefix is not None else [values[i] for i in tensor_positions]),
-                       *params, 1.0)
-        if single:
-            k, n, scalar = picks[0]
-            return finish(grads[k], args[n], scalar)
-        return tuple(finish(grads[k], args[n], scalar) for k, n, scalar in picks)
-
-    return call
+    return ready.recorded_call(plan, plan.fast_primal, wrt, picks, single, args)
 
 
 def _autodiff_gradient(fn, args, nums, single, backend):

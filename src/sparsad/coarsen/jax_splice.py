@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from sparsad.coarsen.budget import Deferred
 from sparsad.coarsen.frontend import CoarsenUnsupported
 from sparsad.coarsen.plan import Compiled, Plan, param_values
 
@@ -66,6 +67,8 @@ def apply(coarsened, plan: Plan, args: tuple):
             compiled = plan.adjoint(elev, wrt, "jax", tensors[0])
             params = tuple(jnp.asarray(v) for v in param_values(elev, record))
             state["compiled"] = compiled
+        except Deferred:  # the symbolic work goes on in the background: jax.vjp for this call
+            return fallback()
         except Exception as why:  # unsupported, or the machinery failed: jax.vjp of the function
             coarsened.disable(args, why)
             return fallback()

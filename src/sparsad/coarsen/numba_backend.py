@@ -392,11 +392,9 @@ def write_module(source: str) -> tuple[str, str]:
     import os
     import sys
 
-    import numba
-
     from sparsad.codegen.numba_backend import kernel_cache_dir
 
-    digest = hashlib.sha256((source + numba.__version__ + sys.version).encode()).hexdigest()[:24]
+    digest = hashlib.sha256((source + _numba_version() + sys.version).encode()).hexdigest()[:24]
     directory = kernel_cache_dir()
     path = directory / f"coarsen_{digest}.py"
     if not path.exists() or path.read_text() != source:
@@ -407,6 +405,22 @@ def write_module(source: str) -> tuple[str, str]:
     else:
         os.utime(path)  # (recently used: kept by the pruning)
     return str(path), f"sparsad_coarsen_{digest}"
+
+
+def _numba_version() -> str:
+    """Numba's version without importing Numba (seconds on a first call; the child compiles)."""
+    global _NUMBA_VERSION
+    if _NUMBA_VERSION is None:
+        from importlib import metadata
+        try:
+            _NUMBA_VERSION = metadata.version("numba")
+        except metadata.PackageNotFoundError:
+            import numba
+            _NUMBA_VERSION = numba.__version__
+    return _NUMBA_VERSION
+
+
+_NUMBA_VERSION = None
 
 
 def numba_module(program: AdjointProgram, name: str, wanted: list[int]) -> tuple[str, str, str]:

@@ -12,7 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sparsad.coarsen.budget import symbolic_stage
+from sparsad.coarsen.budget import in_background, symbolic_stage
 from sparsad.coarsen import ssa
 from sparsad.coarsen.adjoint import AdjointProgram, differentiate
 from sparsad.coarsen.codegen import compile_source, generate_source, jax_namespace, torch_namespace
@@ -53,6 +53,7 @@ class Plan:
     symbolic_cpu: list = field(default_factory=lambda: [0.0])  # CPU seconds spent on symbolic work (budget.py)
     fast_primal: object = None  # NumbaPrimal once compiled and checked; a str saying why not; None: not yet
     pending_primal: object = None  # NumbaPrimal being compiled (by a child process), not checked yet
+    pending: dict = field(default_factory=dict)  # symbolic steps running in the background (budget.in_background)
 
     def current(self) -> bool:
         """Whether every global, closure value and attribute the trace read still has its content."""
@@ -144,33 +145,45 @@ class Plan:
         return fast, record
 
     def elevation(self, record: Record | None) -> Elevation:
-        for elev in self.elevations:
-            if record is not None and all(_holds(record, a) for a in elev.assumptions):
+        """The first elevation whose assumptions the record meets; a new one (``budget.in_background``:
+        bounded by the call's wall deadline) when none does."""
+        while True:
+            for elev in self.elevations:
+                if record is not None and all(_holds(record, a) for a in elev.assumptions):
+                    return elev
+                if record is None and not elev.assumptions:
+                    return elev
+            if len(self.elevations) >= MAX_UNROLLED_VARIANTS:
+                raise CoarsenUnsupported(
+                    f"a loop without closed form changes its trip count from call to call "
+                    f"({MAX_UNROLLED_VARIANTS} unrolled variants compiled already)")
+            started = "elevation" in self.pending  # (made for an earlier call's record: check it again)
+            elev = in_background(self.pending, "elevation", lambda: self._elevate(record))
+            self.elevations.append(elev)
+            if not started:
                 return elev
-            if record is None and not elev.assumptions:
-                return elev
-        if len(self.elevations) >= MAX_UNROLLED_VARIANTS:
-            raise CoarsenUnsupported(
-                f"a loop without closed form changes its trip count from call to call "
-                f"({MAX_UNROLLED_VARIANTS} unrolled variants compiled already)")
+
+    def _elevate(self, record: Record | None) -> Elevation:
         with symbolic_stage("elevation", account=self.symbolic_cpu):
-            elev = elevate(self.graph, record, self.max_segment, self.closed_forms)
-        self.elevations.append(elev)
-        return elev
+            return elevate(self.graph, record, self.max_segment, self.closed_forms)
 
     def adjoint(self, elev: Elevation, wrt: tuple[int, ...], backend: str, like) -> Compiled:
         key = (id(elev), wrt, backend, str(getattr(like, "dtype", "")), str(getattr(like, "device", "")))
         if key not in self.compiled:
-            with symbolic_stage("differentiation", account=self.symbolic_cpu):
-                program = differentiate(elev, list(wrt))
-                name = f"adjoint_{self.graph.name}"
-                source = generate_source(program, name, backend)
-            ns = torch_namespace(program, like) if backend == "torch" else jax_namespace(program, like.dtype)
-            fn = compile_source(source, name, ns)
-            if backend == "torch" and getattr(like.device, "type", "cpu") == "cpu" and self.use_numba:
-                fn = _numba_or(fn, program, name, wrt)
-            self.compiled[key] = Compiled(program, source, fn)
+            self.compiled[key] = in_background(self.pending, key,
+                                               lambda: self._compile_adjoint(elev, wrt, backend, like))
         return self.compiled[key]
+
+    def _compile_adjoint(self, elev: Elevation, wrt: tuple[int, ...], backend: str, like) -> Compiled:
+        with symbolic_stage("differentiation", account=self.symbolic_cpu):
+            program = differentiate(elev, list(wrt))
+            name = f"adjoint_{self.graph.name}"
+            source = generate_source(program, name, backend)
+        ns = torch_namespace(program, like) if backend == "torch" else jax_namespace(program, like.dtype)
+        fn = compile_source(source, name, ns)
+        if backend == "torch" and getattr(like.device, "type", "cpu") == "cpu" and self.use_numba:
+            fn = _numba_or(fn, program, name, wrt)
+        return Compiled(program, source, fn)
 
 
 def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Callable:

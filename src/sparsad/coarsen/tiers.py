@@ -10,6 +10,11 @@ result, never an unchecked one; the compiler never runs inside the user's proces
 for seconds, no warnings filters swapped under the user's feet, a crash of the compiler is a
 failed compilation) and the next process finds the cache.
 
+Loading the compiled code from the cache still costs seconds in a fresh process (Numba imports
+and types its target registries on first use), so once a child has succeeded a thread of this
+process imports the module and calls the function once with the same arguments (``warm``); the
+compilation counts as done only then, and the call that adopts it finds it loaded.
+
 At most ``SPARSAD_COARSEN_CHILDREN`` children (default: half the CPUs, at least one) compile at
 once; later ones wait in a queue and start as earlier ones finish, so a program (or a test suite)
 that coarsens many functions never starts dozens of compilers side by side.
@@ -85,6 +90,9 @@ class Compilation:
                         str(CHILD_LIMIT_S)]
         self.process: subprocess.Popen | None = None
         self.cancelled = False
+        self.target = (path, module_name, function, values)
+        self.warmed: threading.Event | None = None   # set once this process has loaded the compiled code
+        self.warm_failed = False
 
     def launch(self) -> None:
         env = dict(os.environ, PYTHONWARNINGS="ignore")
@@ -99,10 +107,33 @@ class Compilation:
             return True
         if self.process is None:
             _launch_queued()
-        return self.process is not None and self.process.poll() is not None
+        return self.done_without_launch()
 
     def done_without_launch(self) -> bool:
-        return self.cancelled or (self.process is not None and self.process.poll() is not None)
+        """Whether the child has exited and, if it succeeded, this process has loaded its code."""
+        if self.cancelled:
+            return True
+        if self.process is None or self.process.poll() is None:
+            return False
+        if self.process.returncode != 0:
+            return True
+        if self.warmed is None:
+            self.warmed = threading.Event()
+            threading.Thread(target=self._warm, name="sparsad-coarsen-load", daemon=True).start()
+        return self.warmed.is_set()
+
+    def _warm(self) -> None:
+        """Load the compiled code from Numba's cache and call it once (off the calling thread)."""
+        try:
+            from sparsad.coarsen.numba_backend import load_module
+
+            path, module_name, function, values = self.target
+            getattr(load_module(path, module_name), function)(*values)
+        except BaseException:  # (the caller loads it again and sees the error itself)
+            self.warm_failed = True
+        finally:
+            self.target = None
+            self.warmed.set()
 
     def succeeded(self) -> bool:
         return self.done() and self.process is not None and self.process.returncode == 0
@@ -126,7 +157,7 @@ class Compilation:
 def _launch_queued() -> None:
     """Start queued children, oldest first, while fewer than ``max_running()`` run."""
     with _lock:
-        _children[:] = [c for c in _children if not c.cancelled and (c.process is None or c.running())]
+        _children[:] = [c for c in _children if not c.cancelled and (c.process is None or not c.done_without_launch())]
         free = max_running() - sum(1 for c in _children if c.running())
         for child in _children:
             if free <= 0:
@@ -146,9 +177,13 @@ def start(path: str, module_name: str, function: str, values: list) -> Compilati
 
 
 def wait(timeout: float | None = None) -> bool:
-    """Block until every child, queued ones included, has exited (True) or ``timeout`` seconds
-    passed (False)."""
+    """Block until every symbolic step running in the background (``budget.in_background``) and
+    every child, queued ones included, has finished (True) or ``timeout`` seconds passed (False)."""
+    from sparsad.coarsen import budget
+
     deadline = None if timeout is None else time.monotonic() + timeout
+    if not budget.wait_background(timeout):
+        return False
     while True:
         _launch_queued()
         with _lock:
@@ -160,8 +195,13 @@ def wait(timeout: float | None = None) -> bool:
             return False
         running = [c for c in waiting if c.process is not None]
         if running:
+            child = running[0]
+            step = 1.0 if left is None else min(left, 1.0)
+            if child.warmed is not None:  # exited; its code is loading in this process
+                child.warmed.wait(step)
+                continue
             try:
-                running[0].process.wait(timeout=None if left is None else min(left, 1.0))
+                child.process.wait(timeout=step)
             except subprocess.TimeoutExpired:
                 pass
 

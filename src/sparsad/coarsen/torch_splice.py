@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from sparsad.coarsen.budget import Deferred
 from sparsad.coarsen.frontend import CoarsenUnsupported
 from sparsad.coarsen.plan import Compiled, Plan, param_values
 
@@ -117,6 +118,8 @@ def apply(coarsened, plan: Plan, args: tuple):
             if problem is not None:
                 raise CoarsenUnsupported(problem)
             compiled.verified = True
+    except Deferred:  # the symbolic work goes on in the background: this call uses plain autograd
+        return coarsened.fn(*args)
     except (CoarsenUnsupported, NotImplementedError, RecursionError) as why:
         coarsened.disable(args, why)
         return coarsened.fn(*args)
