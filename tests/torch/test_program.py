@@ -280,3 +280,18 @@ def test_torch_func_grad_of_grad_through_the_joint_vjp_matches_dense():
 
     _close(second(f), second(dense))
     _close(jacrev(first(f), argnums=2)(*args), jacrev(first(dense), argnums=2)(*args))
+
+
+def test_attention_jvp_is_one_joint_jvp_kernel_matching_dense():
+    """Tangents of Q, K and V (V of another width) enter one joint jvp program."""
+    f, dense, args = _case("attention", seed=4)
+    tangents = tuple(torch.randn_like(t) for t in args)
+    runs = []
+    original = st.TorchProgram._run_numpy
+    try:
+        st.TorchProgram._run_numpy = lambda self, inputs: runs.append(self) or original(self, inputs)
+        got = jvp(f, args, tangents)
+    finally:
+        st.TorchProgram._run_numpy = original
+    assert len(runs) == 2, "the primal and one joint jvp kernel"
+    _close(got, jvp(dense, args, tangents))

@@ -242,7 +242,6 @@ class JaxProgram:
             return jnp.zeros(zero_shape, dtype)  # the derivative program is a constant zero
         return derived._call(inputs, layout, origin).astype(dtype)
 
-
     # -- joint derivative programs: several same-shaped dense leaves in one pass (sparsad.ad.joint)
     def _joint_groups(self, spec: _Spec, ks: list[int]) -> list[list[int]]:
         """`ks` split into groups one joint program serves: dense leaves of one type and shape

@@ -120,7 +120,7 @@ class _ProgramFunction(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, _call, *tangents):
         call, tensors = ctx.call, ctx.saved_tensors
-        total = None
+        given = []
         for k, tangent in enumerate(tangents):
             if tangent is not None:
                 if call.names[k] not in call.owner.wrt:
@@ -128,7 +128,16 @@ class _ProgramFunction(torch.autograd.Function):
                         raise InputError(f"a tangent was given for input {call.names[k]!r}, which is not in "
                                          f"wrt={list(call.owner.wrt)}; add it to wrt")
                     continue
-                part = call.owner._jvp(call, ctx.out_pattern, ctx.out_shape, k, tensors, tangent)
+                given.append(k)
+        total = None
+        # one joint jvp program per group of dense inputs of one type (its result is the
+        # program's own output, so inputs of any shape may share it)
+        for group in _joint_groups(call, given, same_shape=False):
+            part = call.owner._joint_jvp(call, ctx.out_pattern, ctx.out_shape, group, tensors, tangents) \
+                if len(group) > 1 else None
+            parts = [part] if part is not None else \
+                [call.owner._jvp(call, ctx.out_pattern, ctx.out_shape, k, tensors, tangents[k]) for k in group]
+            for part in parts:
                 total = part if total is None else total + part
         return total if total is not None else torch.zeros(ctx.out_shape, dtype=call.dtype)
 
@@ -409,6 +418,36 @@ class TorchProgram:
         if result.ndim != 1 + len(shapes[0]):
             return None
         return {k: _block(result, t, shape).to(tensors[k].dtype) for t, (k, shape) in enumerate(zip(group, shapes))}
+
+    def _joint_jvp(self, call: _Call, out_pattern, out_shape, group: list[int], tensors, tangents) -> Any:
+        """The output's tangent for the tangents of the tensors in `group`, from one joint jvp
+        program (sparsad.ad.joint), or None when there is none."""
+        import sparsad
+        from sparsad.ad.joint import joint_jvp_expr
+        from sparsad.bridge import fresh_name
+
+        names = tuple(call.names[k] for k in group)
+        taken = list(self.program.inputs) + [self._seed]
+        seeds = tuple(fresh_name(f"{self._seed}{t}", taken) for t in range(len(group)))
+        dense = out_pattern is None and len(out_shape) > 0
+        key = ("joint-jvp", names, dense, call.signature(), call.shapes)
+        if key not in self._derived:
+            try:
+                expr = joint_jvp_expr(self.program.expr, dict(zip(names, seeds)), call.types)
+            except (UnsupportedError, ProgramTypeError):  # the jvp programs one by one say why
+                expr = None
+            self._derived[key] = None if expr is None else \
+                TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
+        derived = self._derived[key]
+        if derived is None:
+            return None
+        reads = derived.program._input_names()
+        inputs = {n: v for n, v in self._rebuild(call, tensors).items() if n in reads}
+        inputs.update({seed: tangents[k] for seed, k in zip(seeds, group) if seed in reads})
+        if not reads or reads - set(inputs):
+            return None
+        layout = _Layout("pattern", pattern=out_pattern) if out_pattern is not None else _Layout("dense", out_shape)
+        return derived._call(inputs, layout).to(call.dtype)
 
     def _vjp(self, call: _Call, out_pattern, k: int, tensors, grad: torch.Tensor) -> torch.Tensor:
         name, kind, pattern = call.names[k], call.kinds[k], call.patterns[k]
