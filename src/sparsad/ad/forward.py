@@ -101,9 +101,10 @@ class _Forward:
             case Binary(op="*", left=l, right=r):
                 return Binary("+", Binary("*", l, self.d(r)), self.star_t(self.d(l), l, r))
             case Binary(op="/", left=l, right=r):
-                # d(l/r) = (1/r) dl - (l/(r*r)) dr; scalars on the left keep tangents τ-shaped
+                # d(l/r) = (1/r) dl - ((l/r)/r) dr; scalars on the left keep tangents τ-shaped;
+                # (l/r)/r, not l/(r*r): r*r overflows long before l/r/r does (a softmax's sum)
                 return Binary("-", Binary("*", Binary("/", Const(1.0), r), self.d(l)),
-                              Binary("*", Binary("/", l, Binary("*", r, r)), self.d(r)))
+                              Binary("*", Binary("/", Binary("/", l, r), r), self.d(r)))
             case Neg(operand=o):
                 return Neg(self.d(o))
             case Unique(operand=o):

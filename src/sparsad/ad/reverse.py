@@ -114,7 +114,8 @@ class _Reverse:
                 if on(l):
                     out.append((l.name, Binary("/", bar, r)))
                 if on(r):
-                    out.append((r.name, Neg(Binary("/", Binary("*", bar, l), Binary("*", r, r)))))
+                    # bar * (l/r) / r, not bar*l/(r*r): r*r overflows long before the result does
+                    out.append((r.name, Neg(Binary("/", Binary("*", bar, Binary("/", l, r)), r))))
                 return out
             case Neg(operand=o):
                 return [(o.name, Neg(bar))] if on(o) else []
