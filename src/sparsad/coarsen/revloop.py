@@ -107,7 +107,7 @@ def eligible(loop: ssa.Loop) -> str | None:
                 return f"it holds an `if` on a traced value (line {node.site[0]})"
             stack.append(node.test)  # (selected per iteration: its predicate is part of the body)
         if isinstance(node, ssa.Loop):
-            if node.trip is None or node.break_site is not None:
+            if (node.trip is None and node.stop is None) or node.break_site is not None:
                 return (f"it holds a nested traced loop whose trip count is recorded per iteration "
                         f"(line {node.site[0]}: a `while`, a `break` or a bound from the counter)")
             why = eligible(node)
@@ -144,6 +144,9 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
             self.outside = frozenset(loop.scope)   # sites of the loops around this one
 
         def _trips(self, inner, ctx, symbolic):
+            if inner.break_site is None and inner.trip is None and inner.stop is not None and symbolic:
+                # `range(start, i)`, `i` from this loop's counter: max(0, i - start) iterations
+                return sp.Max(self.ev(inner.stop, ctx) - inner.start, 0), None
             if inner.trip is None or inner.break_site is not None:
                 raise NotReversible(f"the nested loop at line {inner.site[0]} has a trip count recorded per "
                                     "iteration")
