@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from sparsad.coarsen import ssa
-from sparsad.coarsen.symbolic import Scatter, real_symbol, stabilize
+from sparsad.coarsen.symbolic import LoopFwd, Pick, Scatter, real_symbol, stabilize
 
 
 def printer_for(body: LoopBody, backend: str, shapes: dict, program=None):
@@ -333,9 +333,15 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
 
     def statements(stmts, printer, indent):
         lines = []
+        calls: dict = {}  # a nested compiled loop runs once per iteration, whatever number of its exits is used
         for sym, value in stmts:
             if isinstance(value, _ViewRef):
                 lines.append(f"{indent}{identifier(sym)} = {identifier(value.base)}[{_key_text(value.key)}]")
+            elif isinstance(value, Pick) and isinstance(value.args[0], LoopFwd):
+                if value.args[0] not in calls:
+                    calls[value.args[0]] = f"_exits_{identifier(sym)}"
+                    lines.append(f"{indent}{calls[value.args[0]]} = {printer(value.args[0])}")
+                lines.append(f"{indent}{identifier(sym)} = {calls[value.args[0]]}[{int(value.args[1])}]")
             else:
                 lines.append(f"{indent}{identifier(sym)} = {printer(value)}")
         return lines
