@@ -135,3 +135,38 @@ def f(x, k):
     args = (t64(values), t64(k))
     got = coarsen.grad(f, argnums=(0, 1), numba=False)(*args)
     assert worst_error(got, torch_reference(f, args, (0, 1))) <= 1e-10
+
+
+TRIANGULAR = {
+    "pairs_below": """
+def f(x, a):
+    s = 0.0
+    for i in range(len(x)):
+        for j in range(i):
+            s += x[i] * x[j] * a ** (i - j)
+    return s
+""",
+    "stop_after_the_counter": """
+def f(x, a):
+    s = x[0] * 0.0
+    for i in range(3, len(x)):
+        for j in range(2, i + 1):
+            s = torch.tanh(s * a + x[j] * x[i - 1])
+    return s * s
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRIANGULAR))
+@pytest.mark.parametrize("numba", [False, True])
+def test_an_inner_bound_from_the_outer_counter_is_a_trip_count_argument(name, numba, in_process):
+    f = load_function("import torch\n" + TRIANGULAR[name])
+    make = lambda rng: (t64(rng.uniform(-1, 1, 40)), t64(rng.uniform(0.3, 0.9)))  # noqa: E731
+    text = coarsen.explain(f, *make(DRAWS[0]), print_it=False)
+    assert "_loop_fwd_1" in text, text
+    gradient = coarsen.grad(f, argnums=(0, 1), numba=numba)
+    for rng in DRAWS:
+        args = make(rng)
+        for _ in range(2):
+            got = gradient(*args)
+        assert worst_error(got, torch_reference(f, args, (0, 1))) <= 1e-10, name

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from sparsad.coarsen import ssa
-from sparsad.coarsen.symbolic import Scatter, real_symbol, stabilize
+from sparsad.coarsen.symbolic import LoopFwd, Pick, Scatter, real_symbol, stabilize
 
 
 def printer_for(body: LoopBody, backend: str, shapes: dict, program=None):
@@ -107,7 +107,7 @@ def eligible(loop: ssa.Loop) -> str | None:
                 return f"it holds an `if` on a traced value (line {node.site[0]})"
             stack.append(node.test)  # (selected per iteration: its predicate is part of the body)
         if isinstance(node, ssa.Loop):
-            if node.trip is None or node.break_site is not None:
+            if (node.trip is None and node.stop is None) or node.break_site is not None:
                 return (f"it holds a nested traced loop whose trip count is recorded per iteration "
                         f"(line {node.site[0]}: a `while`, a `break` or a bound from the counter)")
             why = eligible(node)
@@ -144,6 +144,9 @@ def build(outer, loop: ssa.Loop, outer_ctx, ident: int) -> LoopBody:
             self.outside = frozenset(loop.scope)   # sites of the loops around this one
 
         def _trips(self, inner, ctx, symbolic):
+            if inner.break_site is None and inner.trip is None and inner.stop is not None and symbolic:
+                # `range(start, i)`, `i` from this loop's counter: max(0, i - start) iterations
+                return sp.Max(self.ev(inner.stop, ctx) - inner.start, 0), None
             if inner.trip is None or inner.break_site is not None:
                 raise NotReversible(f"the nested loop at line {inner.site[0]} has a trip count recorded per "
                                     "iteration")
@@ -330,9 +333,15 @@ def helper_source(body: LoopBody, printer_factory, backend: str) -> tuple[str, d
 
     def statements(stmts, printer, indent):
         lines = []
+        calls: dict = {}  # a nested compiled loop runs once per iteration, whatever number of its exits is used
         for sym, value in stmts:
             if isinstance(value, _ViewRef):
                 lines.append(f"{indent}{identifier(sym)} = {identifier(value.base)}[{_key_text(value.key)}]")
+            elif isinstance(value, Pick) and isinstance(value.args[0], LoopFwd):
+                if value.args[0] not in calls:
+                    calls[value.args[0]] = f"_exits_{identifier(sym)}"
+                    lines.append(f"{indent}{calls[value.args[0]]} = {printer(value.args[0])}")
+                lines.append(f"{indent}{identifier(sym)} = {calls[value.args[0]]}[{int(value.args[1])}]")
             else:
                 lines.append(f"{indent}{identifier(sym)} = {printer(value)}")
         return lines

@@ -114,6 +114,7 @@ class Loop(Node):
     break_site: Site | None = None
     entry: int = 0
     scope: tuple = ()   # sites of the traced loops around this loop
+    stop: Node | None = None   # `range(start, stop)` with `stop` from an enclosing counter (trip recorded too)
 
 
 @dataclass(frozen=True, eq=False)

@@ -61,6 +61,7 @@ class Tracer(ExpressionsMixin, CallsMixin, ContainersMixin, StatementsMixin, Loo
         self.notes: list[str] = []              # decisions worth explaining (see ``explain``)
         self.compiled_loops = True             # whether loops without closed form can become compiled loops
         self.short_loops: dict = {}             # site -> whether the traced `for` may be unrolled while tracing
+        self.stops: dict = {}                   # site -> traced stop of `range(start, i)`, i an enclosing counter
         self.masked: dict = {}                  # site -> range of a long loop whose writes/reads at the counter
                                                  # are whole-vector selects (see containers.masked_write)
         self.own_lists: dict[int, tuple] = {}   # id -> (list, traced-loop depth at its creation): lists made here

@@ -142,7 +142,7 @@ class CallsMixin:
             start = args[0] if len(args) == 2 else 0
             if len(args) in (1, 2) and isinstance(start, int) and _traced(args[-1]) and \
                     _is_constant_node(args[-1]) and args[-1].shape == ():
-                return _TracedRange(start)  # `range(i)` with `i` an outer counter: the trip count is recorded
+                return _TracedRange(start, args[-1])  # `range(i)`, `i` an outer counter: the trip count is recorded
             counters = frozenset().union(*[_counter_sites(a) for a in args])
             if counters and all(_counter_sites(a) or not _traced(a) for a in args):
                 raise _NeedsStaticLoop(f"line {node.lineno}: range() bounds from a loop counter other than "

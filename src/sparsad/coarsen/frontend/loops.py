@@ -48,6 +48,7 @@ class LoopsMixin:
             if not isinstance(node.target, ast.Name):
                 raise CoarsenUnsupported(f"line {node.lineno}: only `for name in range(...)` loops are traced")
             index = ssa.LoopIndex((), site_of(node), iterable.start)
+            self.stops[site_of(node)] = iterable.stop
             return self._loop(node, env, "for", None, iterable.start, {node.target.id: index})
         if _traced(iterable):
             iterable = self.rows(iterable, node)
@@ -333,7 +334,7 @@ class LoopsMixin:
         if before is not None and any(b is None for b in before):
             raise CoarsenUnsupported(f"line {node.lineno}: a variable first defined after the break is used")
         loop = ssa.Loop((), site, kind, tuple(node_vars), tuple(inits), updates, trip, start, before, break_site,
-                        self.entry(site), tuple(self.loop_stack))
+                        self.entry(site), tuple(self.loop_stack), self.stops.get(site) if trip is None else None)
         self.loops.append(loop)
         out = dict(env)
         for k, n in enumerate(node_vars):
@@ -412,8 +413,8 @@ class _RowSequence:
 class _TracedRange:
     """``range(start, stop)`` whose stop is an enclosing loop's counter (trip count recorded per run)."""
 
-    def __init__(self, start: int):
-        self.start = start
+    def __init__(self, start: int, stop=None):
+        self.start, self.stop = start, stop   # (``stop``: the traced counter expression)
 
 
 def _without_continue(loop):
