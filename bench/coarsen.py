@@ -12,7 +12,8 @@ For every application and configuration, in one run:
 * JAX: ``jax.jit(f)`` and ``jax.jit(jax.grad(f))`` (BGDHyperOpt: the ``lax.scan`` form, since
   ``jit`` cannot run its data-dependent ``break``), and ``sparsad.coarsen.grad`` on JAX arrays.
 
-Ratios are against the competitor measured in the same run.  Run:
+Ratios are against the competitor measured in the same run; every time per call is the best of
+``repeat`` batches of calls (``per_call_time``).  Run:
 ``.venv/bin/python -m bench.coarsen`` (``--quick`` for configuration 1 only, ``--app NAME`` for one
 application, e.g. ``--app BGDHyperOpt``; may be repeated).
 
@@ -41,7 +42,7 @@ import warnings
 
 import torch
 
-from bench.common import best_time, plot_bars, print_table, write_csv
+from bench.common import plot_bars, print_table, write_csv
 
 APP_NAMES = ["BGDHyperOpt", "Brachistochrone", "HMC", "HookeanSpring", "CartPole"]
 
@@ -67,10 +68,10 @@ def _torch_rows(name: str, config: int, repeat: int) -> dict:
         out.backward()
 
     out = primal_graph()
-    t_primal_graph = best_time(primal_graph, repeat=repeat)
-    t_primal = best_time(primal_plain, repeat=repeat)
-    t_e2e = best_time(end_to_end, repeat=repeat)
-    t_diff = best_time(lambda: out.backward(retain_graph=True), repeat=repeat)
+    t_primal_graph = per_call_time(primal_graph, repeat=repeat)
+    t_primal = per_call_time(primal_plain, repeat=repeat)
+    t_e2e = per_call_time(end_to_end, repeat=repeat)
+    t_diff = per_call_time(lambda: out.backward(retain_graph=True), repeat=repeat)
 
     wrapped = coarsen.symbolic(fn)
     grad_fn = coarsen.grad(wrapped, argnums=argnums)
@@ -85,17 +86,17 @@ def _torch_rows(name: str, config: int, repeat: int) -> dict:
             grad_fn(*args)
             spliced = wrapped(*leaves, *static)
         tiers.wait()
-    t_c_diff = best_time(lambda: spliced.backward(retain_graph=True), repeat=repeat)
-    t_c_adjoint = best_time(_adjoint_call(wrapped, args, tensors, argnums), repeat=repeat)
-    t_c_e2e = best_time(lambda: grad_fn(*args), repeat=repeat)
+    t_c_diff = per_call_time(lambda: spliced.backward(retain_graph=True), repeat=repeat)
+    t_c_adjoint = per_call_time(_adjoint_call(wrapped, args, tensors, argnums), repeat=repeat)
+    t_c_e2e = per_call_time(lambda: grad_fn(*args), repeat=repeat)
 
     def value_and_grad():  # what HMC needs per step: U and grad U
         with torch.no_grad():
             value = fn(*tensors, *static)
         return value, grad_fn(*args)
 
-    t_c_vg = best_time(value_and_grad, repeat=repeat)
-    t_c_forward = best_time(lambda: wrapped(*leaves, *static), repeat=repeat)
+    t_c_vg = per_call_time(value_and_grad, repeat=repeat)
+    t_c_forward = per_call_time(lambda: wrapped(*leaves, *static), repeat=repeat)
     size = tensors[0].shape[0] if name != "CartPole" else tensors[1].shape[0]
     return {
         "app": name, "config": config, "size": int(size),
@@ -149,12 +150,12 @@ def _jax_rows(name: str, config: int, repeat: int, row: dict) -> None:
     gradient = jax.jit(jax.grad(closed(baseline), argnums=argnums))
     jax.block_until_ready(primal(*tensors))
     jax.block_until_ready(gradient(*tensors))
-    t_primal = best_time(lambda: jax.block_until_ready(primal(*tensors)), repeat=repeat)
-    t_grad = best_time(lambda: jax.block_until_ready(gradient(*tensors)), repeat=repeat)
+    t_primal = per_call_time(lambda: jax.block_until_ready(primal(*tensors)), repeat=repeat)
+    t_grad = per_call_time(lambda: jax.block_until_ready(gradient(*tensors)), repeat=repeat)
     grad_fn = coarsen.grad(fj, argnums=argnums)
     jax.block_until_ready(grad_fn(*args))
     tiers.wait()
-    t_c = best_time(lambda: jax.block_until_ready(grad_fn(*args)), repeat=repeat)
+    t_c = per_call_time(lambda: jax.block_until_ready(grad_fn(*args)), repeat=repeat)
     row.update({
         "jax_jit_primal_ms": 1e3 * t_primal, "jax_jit_grad_ms": 1e3 * t_grad,
         "jax_diff_ms": 1e3 * max(t_grad - t_primal, 0.0), "coarsen_jax_e2e_ms": 1e3 * t_c,

@@ -159,3 +159,28 @@ def test_ready_call_sees_in_place_updates_and_new_tensors():
         for args in ((xs, w), fresh):
             for g, e in zip(gradient(*args), torch_reference(f, args, (0, 1))):
                 assert rel_err(g, e) < 1e-10
+
+
+SCALE = 2.0
+
+
+def _scaled(x, w):
+    return (SCALE * w * torch.sin(x)).sum()
+
+
+def test_a_global_changed_while_tracing_in_the_background_is_read_again(monkeypatch):
+    monkeypatch.setenv("SPARSAD_COARSEN_WAIT_S", "0")
+    global SCALE
+    x = torch.linspace(0.1, 1.0, 5, dtype=torch.float64)
+    w = torch.tensor(0.7, dtype=torch.float64)
+    gradient = coarsen.grad(_scaled, (0, 1), numba=False)
+    try:
+        for scale in (2.0, 3.0, 3.0, 5.0, 5.0, 5.0):
+            SCALE = scale
+            for g, e in zip(gradient(x, w), torch_reference(_scaled, (x, w), (0, 1))):
+                assert rel_err(g, e) < 1e-12
+            if scale == 3.0:
+                SCALE = 4.0          # changed after the call: the next call must not use a plan for 3.0
+                SCALE = 3.0
+    finally:
+        SCALE = 2.0

@@ -100,6 +100,11 @@ class Coarsened:
         try:
             plan = budget.in_background(self._pending, sig, lambda: build_plan(self.fn, args, self.max_segment,
                                                                                 self.closed_forms))
+            if not plan.current():  # traced in the background, and a value it read has changed since: again
+                plan = budget.in_background(self._pending, sig, lambda: build_plan(self.fn, args, self.max_segment,
+                                                                                    self.closed_forms))
+                if not plan.current():
+                    raise Deferred("the values the trace read keep changing")
         except Deferred:
             raise
         except Exception as why:  # unsupported constructs, and any failure of the machinery itself

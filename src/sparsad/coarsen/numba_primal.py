@@ -688,7 +688,7 @@ class NumbaPrimal:
         if not self.child.done():
             return None
         self.child.finish()
-        ok = self.child.succeeded()
+        ok = self.child.succeeded() and not self.child.warm_failed  # (else loading would compile it here)
         self.child = None
         if ok:
             try:

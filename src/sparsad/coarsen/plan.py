@@ -239,7 +239,7 @@ def _numba_or(torch_fn: Callable, program: AdjointProgram, name: str, wrt) -> Ca
             return
         child.finish()
         state["child"] = None
-        if not child.succeeded():
+        if not child.succeeded() or child.warm_failed:  # (loading it here would compile it in this call)
             state["fn"] = torch_fn
             return
         try:
