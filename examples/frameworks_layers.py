@@ -26,12 +26,14 @@ GCN_LAYER_ONE_PROGRAM = """
 let XW = sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } } in
 sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<c, v> in XW(k)) { c -> a * v } }"""
 
-#: softmax over each row's stored neighbours of q_i . k_j, applied to V.
+#: softmax over each row's stored neighbours of q_i . k_j, applied to V. M(i) is any per-row
+#: constant (the softmax does not depend on it); each row's largest score, as PyG's softmax
+#: subtracts, keeps exp from overflowing once training has grown the scores.
 ATTENTION_LAYER = """
 sum(<i, r> in A) { i ->
-  let z = sum(<j, a> in r) exp(sum(<d, q> in Q(i)) q * K(j)(d)) in
+  let z = sum(<j, a> in r) exp((sum(<d, q> in Q(i)) q * K(j)(d)) - M(i)) in
   sum(<j, a> in r)
-    let p = exp(sum(<d, q> in Q(i)) q * K(j)(d)) / z in
+    let p = exp((sum(<d, q> in Q(i)) q * K(j)(d)) - M(i)) / z in
     sum(<c, v> in V(j)) { c -> p * v } }"""
 
 
@@ -80,9 +82,26 @@ def torch_model():
 
     def forward(A, X, params):
         hidden = torch.relu(gcn(A=A, H=X @ params["W1"]))
-        return attention(A=A, Q=hidden @ params["Wq"], K=hidden @ params["Wk"], V=hidden @ params["Wv"])
+        Q, K, V = hidden @ params["Wq"], hidden @ params["Wk"], hidden @ params["Wv"]
+        return attention(A=A, Q=Q, K=K, V=V, M=torch_row_max_scores(A, Q, K))
 
     return forward
+
+
+def torch_row_max_scores(A, Q, K):
+    """Each row's largest q_i . k_j over its stored neighbours j (a constant: no gradient): the
+    scores on A's pattern by torch's SDDMM, then a maximum per row."""
+    import warnings
+
+    import torch
+
+    indptr = torch.as_tensor(A.pattern.indptr.astype(np.int64))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's sparse CSR support is "beta"
+        pattern = torch.sparse_csr_tensor(indptr, torch.as_tensor(A.pattern.indices.astype(np.int64)),
+                                          torch.ones(A.pattern.nnz, dtype=Q.dtype), size=A.shape)
+        scores = torch.sparse.sampled_addmm(pattern, Q.detach(), K.detach().T, beta=0.0).values()
+        return torch.segment_reduce(scores, "max", offsets=indptr)
 
 
 def torch_dense_model():
@@ -126,13 +145,24 @@ def jax_model():
     import sparsad.jax as sj
 
     gcn = sj.compile_program(GCN_LAYER, wrt=("H",))
-    attention = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V"))
+    # M is an argument of the traced function: it is differentiable input (its tangent is zero)
+    attention = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V", "M"))
 
     def forward(A, X, params):
         hidden = jax.nn.relu(gcn(A=A, H=X @ params["W1"]))
-        return attention(A=A, Q=hidden @ params["Wq"], K=hidden @ params["Wk"], V=hidden @ params["Wv"])
+        Q, K, V = hidden @ params["Wq"], hidden @ params["Wk"], hidden @ params["Wv"]
+        return attention(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K))
 
     return forward
+
+
+def jax_row_max_scores(A, Q, K):
+    """Each row's largest q_i . k_j over its stored neighbours j (stop_gradient: a constant)."""
+    import jax
+
+    rows, cols = A.pattern.rows, A.pattern.indices.astype(np.int64)
+    scores = jax.lax.stop_gradient((Q[rows] * K[cols]).sum(1))
+    return jax.ops.segment_max(scores, rows, num_segments=A.shape[0], indices_are_sorted=True)
 
 
 def train_jax(small: bool = True, epochs: int = 30, lr: float = 0.05) -> dict:

@@ -92,3 +92,27 @@ def test_the_one_program_gcn_layer_equals_the_composition_and_dense():
     for layer in (lambda W: one(A=A, X=X, W=W), lambda W: aggregate(A=A, H=X @ W)):
         for got, expected in zip(value_and_grad(layer), want):
             torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_attention_with_scores_of_hundreds_stays_finite_and_matches_dense():
+    """Scores of hundreds (as training grows them on Cora): the example subtracts each row's
+    largest score, so exp neither overflows nor underflows, in the values or the gradients."""
+    ex = load()
+    import sparsad.torch as st
+
+    a_hat, features, labels, classes = ex.graph(small=True)
+    A, X, y = st.SparseMatrix.from_scipy(a_hat), torch.as_tensor(features), torch.as_tensor(labels)
+    base = ex.init(X.shape[1], 16, 8, classes, seed=3)
+    base["Wq"], base["Wk"] = 80.0 * base["Wq"], 80.0 * base["Wk"]
+    params = {k: torch.tensor(v, requires_grad=True) for k, v in base.items()}
+    ref = {k: torch.tensor(v, requires_grad=True) for k, v in base.items()}
+    out = ex.torch_model()(A, X, params)
+    hidden = torch.relu(torch.as_tensor(a_hat.toarray()) @ (X @ ref["W1"]))
+    assert float(((hidden @ ref["Wq"]) @ (hidden @ ref["Wk"]).T).max()) > 400
+    want = ex.torch_dense_model()(torch.as_tensor(a_hat.toarray()), X, ref)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    got = torch.autograd.grad(torch.nn.functional.cross_entropy(out, y), list(params.values()))
+    expected = torch.autograd.grad(torch.nn.functional.cross_entropy(want, y), list(ref.values()))
+    for g, w in zip(got, expected):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-10)
