@@ -115,35 +115,18 @@ UNROLL_SHORT_TRIPS = 12  # ... and with at most this many iterations (expression
 
 def body_size(loop: ssa.Loop) -> int:
     """SSA operations of one iteration of ``loop`` (nested loops counted with their static trip counts)."""
-    seen: set = set()
     total = 0
-    stack = list(ssa.body_nodes(loop))
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in ssa.walk_body(loop):
         if isinstance(node, ssa.Loop):
             total += body_size(node) * (node.trip if node.trip is not None else 1)
         elif isinstance(node, (ssa.Op, ssa.Reduce, ssa.Phi)):
             total += 1
-        stack.extend(ssa.children(node))
     return max(total, 1)
 
 
 def holds_loop(loop: ssa.Loop) -> bool:
     """Whether a traced loop is nested in ``loop``'s body."""
-    seen: set = set()
-    stack = list(ssa.body_nodes(loop))
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, ssa.Loop):
-            return True
-        stack.extend(ssa.children(node))
-    return False
+    return any(isinstance(node, ssa.Loop) for node in ssa.walk_body(loop))
 
 
 class Elevator:

@@ -213,6 +213,19 @@ def body_nodes(loop: Loop) -> tuple[Node, ...]:
     return tuple(loop.updates) + tuple(loop.before_break or ())
 
 
+def walk_body(loop: Loop):
+    """Each node reachable from ``loop``'s body roots through `children`, once, depth first."""
+    seen: set = set()
+    stack = list(body_nodes(loop))
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(children(node))
+
+
 def describe(node: Node) -> str:
     """A short one-line description of a node, for ``explain``."""
     if isinstance(node, Input):
