@@ -46,6 +46,17 @@ def test_precedence_and_associativity():
     assert parse("V1'(i)") == Lookup(Var("V1'"), Var("i"))
 
 
+def test_binder_bodies_reach_as_far_right_as_they_can():
+    """docs/language.md: `sum(...) a - y` subtracts y per entry; parentheses close the sum."""
+    per_entry = parse("sum(<j, a> in r) a * x(j) - y(i)")
+    assert isinstance(per_entry, Sum) and per_entry.body.op == "-"
+    closed = parse("(sum(<j, a> in r) a * x(j)) - y(i)")
+    assert isinstance(closed, Binary) and isinstance(closed.left, Sum)
+    assert parse(to_text(closed)) == closed and parse(to_text(per_entry)) == per_entry
+    orelse = parse("if c then a else b + 1.0").orelse
+    assert orelse == Binary("+", Var("b"), Const(1.0))
+
+
 def test_tupled_let_and_comments():
     tree = parse("let <a, b'> = <1, x * 2> in # the pair\n a + b'")
     assert tree == LetTuple(("a", "b'"), (Const(1), Binary("*", Var("x"), Const(2))),
