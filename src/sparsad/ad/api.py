@@ -19,6 +19,8 @@ from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
 from sparsad.formats.natural import natural_result
+from sparsad.formats.pattern import on_pattern
+from sparsad.formats.tensor import StoredTensor
 from sparsad.lang.names import all_names
 from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, program as make_program, to_natural
 from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var
@@ -411,8 +413,6 @@ class Derivative(Program):
             # per input: the natural format of one wrt is not another's
             fmt = self._natural_format(wrt, inputs, result_type) if out_format == "natural" else out_format
             if fmt == "pattern":  # on the entries of an order-3+ sparse input, in its format
-                from sparsad.formats.pattern import on_pattern
-
                 results[wrt] = natural_result(on_pattern(inputs[wrt], value), inputs, out_format)
                 continue
             results[wrt] = value if fmt == "value" else natural_result(
@@ -504,8 +504,6 @@ class Derivative(Program):
             types = {n: value_type(v) for n, v in inputs.items() if n in names}
             if not isinstance(self.output_type({**types, **self.declared}), (Real, Zero)):
                 return result
-        from sparsad.formats.pattern import on_pattern
-
         return on_pattern(like, result)
 
     def _forward_by_directions(self, expr, wrt, inputs, types):
@@ -531,8 +529,6 @@ def _real_leaves(t: Type) -> Type:
 
 def _sparse_order_3(value: Any) -> bool:
     """A StoredTensor of order 3 or more in a sparse format (its derivatives live on its entries)."""
-    from sparsad.formats import StoredTensor
-
     return isinstance(value, StoredTensor) and value.ndim >= 3 and not value.format.is_dense
 
 

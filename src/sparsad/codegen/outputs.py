@@ -41,6 +41,7 @@ Cost model for ``output="auto"`` (decided once, at compile time, from what is kn
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,14 @@ class InputEntries:
     @property
     def leaf_crd(self) -> str:
         return self.levels[-1][1] if self.levels else self.root_crd
+
+    @functools.cached_property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """(CSF field, kernel parameter) of every index array, root first (made once: per call)."""
+        pairs = [("idx0", self.root_crd)]
+        for d, (pos, crd) in enumerate(self.levels, start=1):
+            pairs += [(f"pos{d}", pos), (f"idx{d}", crd)]
+        return tuple(pairs)
 
 
 def row_loop(program: LoopProgram) -> For | None:
@@ -550,15 +559,12 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
 def entries_result(entries: InputEntries, values: np.ndarray, inputs: dict, extents):
     """The CSF tensor of the input's levels (its own index arrays, shared) with `values`: an
     `EntryValues`, which `formats.pattern.on_pattern` puts on the input's own format."""
-    from sparsad.formats.pattern import EntryValues, csf_format
+    from sparsad.formats.pattern import EntryValues, built, csf_format
 
-    order = len(entries.levels) + 1
-    count = entries.count if isinstance(entries.count, int) else int(inputs[entries.count])
-    fields = {"len": count, "idx0": inputs[entries.root_crd]}
-    for d, (pos, crd) in enumerate(entries.levels, start=1):
-        fields[f"pos{d}"], fields[f"idx{d}"] = inputs[pos], inputs[crd]
+    fields = {field: inputs[parameter] for field, parameter in entries.fields}
+    fields["len"] = entries.count if isinstance(entries.count, int) else int(inputs[entries.count])
     fields["val"] = values
-    return EntryValues._trusted(csf_format(order), tuple(int(e) for e in extents), fields)
+    return built(EntryValues, csf_format(len(entries.levels) + 1), tuple(int(e) for e in extents), fields)
 
 
 _TRUSTED_CSR: bool | None = None  # whether scipy's csr_matrix has the attributes csr_result sets

@@ -78,11 +78,19 @@ def on_pattern(like: StoredTensor, result: Any) -> StoredTensor:
 def with_values(like: StoredTensor, values: np.ndarray) -> StoredTensor:
     """`like` with other values (one per stored entry), sharing its index arrays."""
     values = np.asarray(values)
-    if values.shape != (like.nnz,):
+    if values.shape != like.values.shape:
         raise ShapeError(f"{like.nnz} stored entries but {values.shape} values")
-    fields = like.fields
+    fields = dict(like._fields)
     fields[like.format.values] = values
-    return StoredTensor._trusted(like.format, like.shape, fields)
+    return built(StoredTensor, like.format, like.shape, fields)
+
+
+def built(cls: type, fmt: Format, shape: tuple[int, ...], fields: dict) -> StoredTensor:
+    """A tensor of arrays built or checked already, with `shape` a tuple of ints and `fields` a
+    dict of its own (`StoredTensor._trusted` without normalising them again: per-call cost)."""
+    tensor = cls.__new__(cls)
+    tensor.format, tensor.shape, tensor._fields = fmt, shape, fields
+    return tensor
 
 
 def csf_of_sorted(tensor: StoredTensor) -> StoredTensor:
@@ -172,4 +180,4 @@ def _lookup(where: np.ndarray, values: np.ndarray, coords: np.ndarray, shape: tu
     return out
 
 
-__all__ = ["EntryValues", "csf_of_sorted", "csf_format", "on_pattern", "sorted_unique", "values_at", "with_values"]
+__all__ = ["EntryValues", "built", "csf_of_sorted", "csf_format", "on_pattern", "sorted_unique", "values_at", "with_values"]
