@@ -150,3 +150,20 @@ def test_the_kernel_writes_one_value_per_entry(fmt):
     code = grad.show("code")
     assert "# output: entries" in code and "Dict.empty" not in code
     np.testing.assert_allclose(got.values, 2 * T.values, rtol=1e-15)
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csf"])
+@pytest.mark.parametrize("dense_cotangent", [False, True])
+def test_vjp_of_a_result_on_the_pattern_with_a_cotangent_on_that_pattern(fmt, dense_cotangent):
+    """out = T ⊙ T on T's own pattern; the cotangent U shares T's pattern (or is dense): vjp = 2 t u."""
+    rng = np.random.default_rng(4)
+    coords = np.stack([rng.integers(0, n, 30) for n in (4, 3, 5)])
+    T = from_coordinates(coords, rng.standard_normal(30), (4, 3, 5), fmt)
+    U = from_coordinates(T.coordinates()[0], rng.standard_normal(T.nnz), T.shape, fmt)
+    cotangent = U.to_numpy() if dense_cotangent else U
+    text = "sum(<i, ti> in T) { i -> sum(<j, tj> in ti) { j -> sum(<k, t> in tj) { k -> t * t } } }"
+    expected = 2 * T.values * U.values
+    compiled = _quiet(lambda: sparsad.vjp(text, wrt="T")(T=T, cotangent=cotangent))
+    interpreted = sparsad.vjp(text, wrt="T", interpret=True)(T=T, cotangent=cotangent)
+    _check_on_pattern(compiled, T, expected, compiled=True)
+    _check_on_pattern(interpreted, T, expected, compiled=False)

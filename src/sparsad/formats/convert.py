@@ -89,6 +89,7 @@ def as_format(value: Any, format: Format | str | None = None, name: str | None =
 
     Without a format: numpy and torch dense -> dense row-major; scipy csr/csc/coo -> CSR/CSC/COO
     (other scipy formats -> CSR); torch sparse COO/CSR/CSC -> COO/CSR/CSC; pydata/sparse -> COO.
+    An n-d COO StoredTensor stored as CSF keeps its entries' order and shares its values array.
 
     >>> import scipy.sparse as sp
     >>> as_format(sp.identity(3, format="csr"))
