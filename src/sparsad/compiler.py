@@ -18,6 +18,7 @@ from sparsad.errors import (FallbackWarning, InputError, InternalError, OptionEr
                             UnsupportedError, check_option, did_you_mean)
 from sparsad.fastcall import MISS, RepeatCall
 from sparsad.formats import StoredTensor, as_format
+from sparsad.formats.format import csf
 from sparsad.formats.levels import Singleton
 from sparsad.formats.natural import natural_result
 from sparsad.lang.fold import fold_exponents
@@ -219,6 +220,8 @@ class CompiledProgram(Program):
         if dense:  # a derivative on the pattern of a dense input has that input's shape
             shape = tuple(stored[self.dense_like].shape)
         output = "dense" if dense and self.output == "auto" else self.output
+        if output == "auto" and _on_entries_of(self.dense_like, stored, result_type):
+            output = "entries"  # a derivative on the pattern of an n-d sparse input: its values array
         base_types = {n: t for n, t in logical_types.items() if n in self.base._input_names()}
         plan = dict(logical=logical, physical=None, stages={}, kernel=None, result_type=result_type,
                     key_checks=key_checks(self.base.expr, base_types),
@@ -253,6 +256,8 @@ class CompiledProgram(Program):
             from sparsad.codegen import compile_physical
 
             plan["kernel"] = compile_physical(physical, physical_types, output=output, shape=shape)
+            if output == "entries" and not _follows_entries(plan["kernel"], self.dense_like, stored):
+                plan["kernel"] = compile_physical(physical, physical_types, output="auto", shape=shape)
         except Exception as error:  # noqa: BLE001
             # the logical program type-checked above: an internal or type error of the physical
             # program is our fault, not the user's; their input and memory errors go to them
@@ -356,6 +361,38 @@ class CompiledProgram(Program):
 
     def __repr__(self) -> str:
         return f"CompiledProgram({self.base!r}, formats={self.formats}, output={self.output!r})"
+
+
+def _on_entries_of(name: str | None, stored: Mapping[str, StoredTensor], result_type) -> bool:
+    """Whether a derivative on the pattern of input `name` may be written into that input's
+    values array (`codegen.outputs`, output "entries"): an order-3+ input stored in CSF (an n-d
+    COO is iterated as its CSF), whose entries are unique, and a result of the input's order."""
+    tensor = stored.get(name) if name is not None else None
+    if tensor is None or tensor.ndim < 3 or tensor.format != csf(tensor.ndim):
+        return False
+    return isinstance(result_type, Dict) and len(extents(result_type)) == tensor.ndim
+
+
+def _follows_entries(kernel, name: str, stored: Mapping[str, StoredTensor]) -> bool:
+    """Whether an "entries" kernel writes on the levels of input `name` itself (its count,
+    coordinate and position arrays, level by level), not on other arrays of that shape."""
+    plan = kernel.plan
+    if plan.kind != "entries":
+        return True  # "auto" decided: nothing to check
+    external = kernel._external  # kernel parameter -> the physical input's name
+    entries = plan.entries
+    tensor = stored[name]
+    if isinstance(entries.count, int):
+        if entries.count != int(tensor["len"]):
+            return False
+    elif external.get(entries.count) != f"{name}_len":
+        return False
+    arrays = [(None, entries.root_crd), *entries.levels]
+    wanted = [(None, f"{name}_idx0"), *((f"{name}_pos{d}", f"{name}_idx{d}") for d in range(1, tensor.ndim))]
+    if len(arrays) != len(wanted):
+        return False
+    return all((pos is None or external.get(pos) == want_pos) and external.get(crd) == want_crd
+               for (pos, crd), (want_pos, want_crd) in zip(arrays, wanted))
 
 
 def _needs_levels(tensor: StoredTensor) -> bool:
@@ -466,6 +503,10 @@ def _convert(result: Any, plan: dict, out_format: str) -> Any:
 
     if out_format in ("natural", "value") or result is None:
         return result
+    if isinstance(result, StoredTensor):  # an order-3+ result (a COO, or on an input's entries)
+        if out_format == "dense":
+            return result.to_numpy()  # sized by the memory guard
+        return result.to_logical() if out_format == "dict" else as_format(result, out_format)
     if out_format == "dense":
         if sp.issparse(result):
             from sparsad.memory import check_allocation, dense_bytes

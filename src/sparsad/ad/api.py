@@ -19,6 +19,8 @@ from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
 from sparsad.formats.natural import natural_result
+from sparsad.formats.pattern import on_pattern
+from sparsad.formats.tensor import StoredTensor
 from sparsad.lang.names import all_names
 from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, program as make_program, to_natural
 from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var
@@ -374,6 +376,8 @@ class Derivative(Program):
                     if self.seed_names:
                         call_inputs[self.seed_names[w]] = inputs[self.seed_names[w]]
                     raw = self._compiled_for(w).call(call_inputs, out_format)
+                    if out_format == "natural" and self.kind != "jvp":
+                        raw = self._on_pattern(raw, w, inputs)
                     shaped = self._shaped_zero(raw, w, inputs, out_format)
                     # the compiled call returned `raw` in the kind of these same inputs already
                     same = shaped is raw and len(call_inputs) == len(inputs)
@@ -408,6 +412,9 @@ class Derivative(Program):
                 result_type = _result_type(expr, env_types, self.output_type(types), types[wrt], self.kind)
             # per input: the natural format of one wrt is not another's
             fmt = self._natural_format(wrt, inputs, result_type) if out_format == "natural" else out_format
+            if fmt == "pattern":  # on the entries of an order-3+ sparse input, in its format
+                results[wrt] = natural_result(on_pattern(inputs[wrt], value), inputs, out_format)
+                continue
             results[wrt] = value if fmt == "value" else natural_result(
                 self._shaped_zero(to_natural(value, result_type, fmt), wrt, inputs, fmt), inputs, out_format)
         return results
@@ -477,9 +484,27 @@ class Derivative(Program):
             return "dense"
         if self.kind == "jacobian" and dense and tensor_order(result_type) == len(getattr(value, "shape", ())):
             return "dense"  # the Jacobian of a scalar program: shaped like wrt, as its gradient
+        if _sparse_order_3(value) and (self.kind in ("grad", "vjp") or (
+                self.kind == "jacobian" and tensor_order(result_type) == len(value.shape))):
+            return "pattern"  # a StoredTensor on value's entries, in value's format (formats.pattern)
         if self.kind in ("grad", "vjp", "jvp") and tensor_order(result_type) == 2:
             return "csr"
         return "natural"
+
+    def _on_pattern(self, result: Any, wrt: str, inputs: Mapping[str, Any]) -> Any:
+        """A compiled gradient, vjp or scalar program's Jacobian w.r.t. an order-3+ sparse
+        StoredTensor, on that input's entries in its format, as `_natural_format` says."""
+        like = inputs.get(wrt)
+        if not _sparse_order_3(like):
+            return result
+        if self.kind == "jacobian" and getattr(result, "shape", None) != like.shape:
+            if not _is_zero(result) or getattr(result, "shape", None) is not None:
+                return result  # a Jacobian of a non-scalar program: its own shape
+            names = self.primal._input_names()
+            types = {n: value_type(v) for n, v in inputs.items() if n in names}
+            if not isinstance(self.output_type({**types, **self.declared}), (Real, Zero)):
+                return result
+        return on_pattern(like, result)
 
     def _forward_by_directions(self, expr, wrt, inputs, types):
         """Scalar forward mode, one pass per entry of wrt (n passes: for testing and small inputs)."""
@@ -500,6 +525,11 @@ class Derivative(Program):
 
 def _real_leaves(t: Type) -> Type:
     return Dict(t.key, _real_leaves(t.value)) if isinstance(t, Dict) else Real()
+
+
+def _sparse_order_3(value: Any) -> bool:
+    """A StoredTensor of order 3 or more in a sparse format (its derivatives live on its entries)."""
+    return isinstance(value, StoredTensor) and value.ndim >= 3 and not value.format.is_dense
 
 
 def _is_zero(result: Any) -> bool:

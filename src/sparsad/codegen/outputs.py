@@ -16,6 +16,14 @@ Output kinds (the destination of destination-passing style):
                  whose outermost loop fixes the row key: each row is accumulated densely,
                  its touched columns sorted and appended, giving CSR directly (no sort of all
                  entries, no duplicates).
+- ``entries``    the result lives on the entries of an n-d input stored by compressed levels
+                 (CSF; an n-d COO is iterated as its CSF): when every write is at the key path
+                 (idx0[p0], idx1[p1], ...) read inside that input's loops over positions
+                 p0, p1, ... in storage order, the kernel adds into ``values[p_last]`` and the
+                 result is a CSF `StoredTensor` sharing the input's index arrays — the masked
+                 gradient of an order-3+ sparse operand; no hashing, no sort, no dense buffer.
+                 Asked for by name (a derivative on the pattern of its sparse input asks for it);
+                 when the writes do not follow one input's entries, "auto" decides.
 
 Cost model for ``output="auto"`` (decided once, at compile time, from what is known):
 
@@ -33,6 +41,7 @@ Cost model for ``output="auto"`` (decided once, at compile time, from what is kn
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +51,7 @@ from sparsad.codegen.ir import (OUTPUT, Accumulate, Assign, For, ForItems, IfThe
 from sparsad.errors import FormatError, InputError, UnsupportedError
 from sparsad.lang.types import DENSE_AUTO_LIMIT
 
-OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace", "pattern")
+OUTPUT_CHOICES = ("auto", "scalar", "dense", "dict", "coo", "csr", "csc", "workspace", "pattern", "entries")
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,30 @@ class OutputPlan:
     row_var: str | None = None        # the row loop of a workspace output
     # a pattern output: (rows-loop end, pos array, idx array, ((column var, position var), ...))
     pattern: tuple | None = None
+    entries: "InputEntries | None" = None  # an entries output: the input's levels it follows
+
+
+@dataclass(frozen=True)
+class InputEntries:
+    """The CSF levels an `entries` output follows: the root's count (a parameter name or an
+    int) and coordinate array, then per deeper level its (pos, crd) arrays; `leaves` maps the
+    name holding the last key of each write to the position variable of its entry."""
+    count: str | int
+    root_crd: str
+    levels: tuple[tuple[str, str], ...]
+    leaves: tuple[tuple[str, str], ...]
+
+    @property
+    def leaf_crd(self) -> str:
+        return self.levels[-1][1] if self.levels else self.root_crd
+
+    @functools.cached_property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """(CSF field, kernel parameter) of every index array, root first (made once: per call)."""
+        pairs = [("idx0", self.root_crd)]
+        for d, (pos, crd) in enumerate(self.levels, start=1):
+            pairs += [(f"pos{d}", pos), (f"idx{d}", crd)]
+        return tuple(pairs)
 
 
 def row_loop(program: LoopProgram) -> For | None:
@@ -118,6 +151,94 @@ def input_pattern(program: LoopProgram) -> tuple | None:
     return (loop.end, pos, idx, tuple(sorted(pairs.items())))
 
 
+def input_entries(program: LoopProgram) -> InputEntries | None:
+    """The levels of one compressed (CSF) input when every write of the output (of depth >= 3)
+    has the key path (crd0[p0], crd1[p1], ...) of the entry at position p_last, inside that
+    input's loops: `for p0 in range(0, count)`, then `for p_d in range(pos_d[p_{d-1}],
+    pos_d[p_{d-1} + 1])`, with each key a name bound to an unguarded `crd_d[p_d]`."""
+    depth = program.depth
+    if depth < 3:
+        return None
+    found: set[tuple] = set()
+    leaves: dict[str, str] = {}
+
+    def position_load(value, bound: dict) -> tuple[str, str] | None:
+        """(crd array, position var) of `crd[p]` for a loop position p of some level."""
+        if isinstance(value, Load) and not value.guarded and isinstance(value.index, Ref) \
+                and value.index.name in bound:
+            return value.array, value.index.name
+        return None
+
+    def visit(stmts, chain: tuple, bound: dict, names: dict, nexts: dict) -> bool:
+        # chain: ((var, level arrays), ...) of the enclosing position loops, outermost first;
+        # bound: position var -> its depth in chain; names: name -> (crd, position var)
+        names, nexts = dict(names), dict(nexts)
+        for stmt in stmts:
+            match stmt:
+                case Assign(name=name, value=value):
+                    load = position_load(value, bound)
+                    if load is not None:
+                        names[name] = load
+                    if isinstance(value, Op) and value.op == "+" and value.right == Num(1) \
+                            and isinstance(value.left, Ref):
+                        nexts[name] = value.left.name
+                case For(var=var, start=start, end=end, body=body):
+                    level = _level_array(start, end, chain, nexts)
+                    if level is None:
+                        inner = (chain, bound)
+                    else:
+                        inner = (chain + ((var, level),), {**bound, var: len(chain)})
+                    if not visit(body, inner[0], inner[1], names, nexts):
+                        return False
+                case ForItems(body=body):
+                    if not visit(body, chain, bound, names, nexts):
+                        return False
+                case IfThen(then=then, orelse=orelse):
+                    if not (visit(then, chain, bound, names, nexts) and visit(orelse, chain, bound, names, nexts)):
+                        return False
+                case Accumulate(target=target, keys=keys) if target == OUTPUT:
+                    if len(chain) < depth or len(keys) != depth:
+                        return False
+                    levels = chain[:depth]  # the write's key at mode d is read at level d's position
+                    arrays = []
+                    for d, key in enumerate(keys):
+                        if not isinstance(key, Ref) or key.name not in names:
+                            return False
+                        crd, var = names[key.name]
+                        if var != levels[d][0]:
+                            return False
+                        arrays.append((levels[d][1], crd))
+                    leaf = levels[-1][0]
+                    if leaves.setdefault(keys[-1].name, leaf) != leaf:
+                        return False
+                    found.add(tuple(arrays))
+        return True
+
+    if not visit(program.body, (), {}, {}, {}) or len(found) != 1:
+        return None
+    (levels,) = found
+    (count, root_crd), *deeper = levels
+    return InputEntries(count, root_crd, tuple(deeper), tuple(sorted(leaves.items())))
+
+
+def _level_array(start, end, chain: tuple, nexts: dict) -> str | int | None:
+    """What delimits a level loop: the root's count (`range(0, count)`, only outside every
+    level loop) or a deeper level's pos array (`range(pos[p], pos[p + 1])` with p the innermost
+    enclosing level's position); None for any other loop."""
+    if not chain:
+        if start == Num(0) and isinstance(end, (Ref, Num)):
+            return end.name if isinstance(end, Ref) else int(end.value)
+        return None
+    parent = chain[-1][0]
+    match start, end:
+        case (Load(array=pos, index=Ref(name=p), guarded=False),
+              Load(array=pos2, index=after, guarded=False)) if pos == pos2 and p == parent:
+            following = after == Op("+", Ref(parent), Num(1)) or \
+                (isinstance(after, Ref) and nexts.get(after.name) == parent)
+            return pos if following else None
+    return None
+
+
 def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool, ...],
                   static_sizes: tuple[int | None, ...] = ()) -> OutputPlan:
     """The output plan for a request (see the module doc for the rules of "auto").
@@ -131,6 +252,11 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
     depth = program.depth
     if depth == 0:
         return OutputPlan("scalar")
+    if requested == "entries":
+        entries = input_entries(program) if all(extent_known) else None
+        if entries is not None:
+            return OutputPlan("entries", "tensor", entries=entries)
+        requested = "auto"  # the writes do not follow one input's entries
     loop = row_loop(program)
     pattern = input_pattern(program) if depth == 2 else None
     if requested == "auto":
@@ -188,7 +314,7 @@ def output_params(plan: OutputPlan, depth: int) -> tuple[str, ...]:
         return (*(f"out_k{d}" for d in range(depth)), "out_v")
     if plan.kind == "workspace":
         return ("out_idx", "out_v", "row_nnz", "w_size")
-    if plan.kind == "pattern":
+    if plan.kind in ("pattern", "entries"):
         return ("out_v",)
     return ()
 
@@ -251,6 +377,9 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
         return lines
     if kind == "pattern":
         position = dict(plan.pattern[3])[keys[1]]
+        return [f"out_v[{unsigned(position)}] += {value}"]
+    if kind == "entries":  # keys[-1] was read at the entry's position, in bounds of its arrays
+        position = dict(plan.entries.leaves)[keys[-1]]
         return [f"out_v[{unsigned(position)}] += {value}"]
     if kind == "workspace":
         column = keys[1]
@@ -327,6 +456,8 @@ def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dt
     """The values of output_params for one call (inputs: the prepared kernel inputs)."""
     if plan.kind == "pattern":
         return (np.zeros(len(inputs[plan.pattern[2]]), dtype=dtype),)
+    if plan.kind == "entries":
+        return (np.zeros(len(inputs[plan.entries.leaf_crd]), dtype=dtype),)
     if plan.kind == "dense":
         return (np.zeros(tuple(extents), dtype=dtype),)
     if plan.kind == "coo":
@@ -375,6 +506,8 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         return csr_result(arguments[0][first:last], indices, indptr.astype(index_dtype, copy=False),
                           (int(extents[0]), int(extents[1])))
 
+    if plan.kind == "entries":
+        return entries_result(plan.entries, arguments[0], inputs, extents)
     if plan.kind == "scalar":
         return int(raw) if leaf == "int" else float(raw)
     if plan.kind == "dense":
@@ -423,6 +556,17 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
     raise ValueError(plan.kind)
 
 
+def entries_result(entries: InputEntries, values: np.ndarray, inputs: dict, extents):
+    """The CSF tensor of the input's levels (its own index arrays, shared) with `values`: an
+    `EntryValues`, which `formats.pattern.on_pattern` puts on the input's own format."""
+    from sparsad.formats.pattern import EntryValues, built, csf_format
+
+    fields = {field: inputs[parameter] for field, parameter in entries.fields}
+    fields["len"] = entries.count if isinstance(entries.count, int) else int(inputs[entries.count])
+    fields["val"] = values
+    return built(EntryValues, csf_format(len(entries.levels) + 1), tuple(int(e) for e in extents), fields)
+
+
 _TRUSTED_CSR: bool | None = None  # whether scipy's csr_matrix has the attributes csr_result sets
 
 
@@ -462,6 +606,6 @@ def _nested(typed, depth: int, leaf: str) -> dict:
     return result
 
 
-__all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "choose_output", "row_loop",
+__all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "InputEntries", "input_entries", "entries_result", "choose_output", "row_loop",
            "output_params", "output_globals", "unsigned", "output_prologue", "output_accumulate", "row_epilogue",
            "output_return", "overflowed", "output_arguments", "finish", "input_pattern", "pattern_rows"]

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from sparsad.errors import DensifyWarning, FormatError, InputError, UnsupportedError, dense_size_message
-from sparsad.formats.format import CSC, CSR, Format, coo, dense, resolve
+from sparsad.formats.format import CSC, CSR, Format, coo, csf, dense, resolve
 from sparsad.formats.levels import Dense
 from sparsad.formats.tensor import SCIPY_FORMATS, StoredTensor, build_levels, scatter_dense
 from sparsad.formats.validate import (check_compressed, check_coordinate_rows, check_range, check_scipy,
@@ -89,6 +89,7 @@ def as_format(value: Any, format: Format | str | None = None, name: str | None =
 
     Without a format: numpy and torch dense -> dense row-major; scipy csr/csc/coo -> CSR/CSC/COO
     (other scipy formats -> CSR); torch sparse COO/CSR/CSC -> COO/CSR/CSC; pydata/sparse -> COO.
+    An n-d COO StoredTensor stored as CSF keeps its entries' order and shares its values array.
 
     >>> import scipy.sparse as sp
     >>> as_format(sp.identity(3, format="csr"))
@@ -103,6 +104,11 @@ def as_format(value: Any, format: Format | str | None = None, name: str | None =
         target = resolve(format, value.ndim)
         if value.format.is_dense and target.is_dense:
             return _from_numpy(value.to_numpy(), target, name, label)
+        if target == csf(value.ndim) and value.ndim >= 2 and value.values.dtype.kind == "f":
+            from sparsad.formats.pattern import csf_of_sorted, sorted_unique
+
+            if sorted_unique(value.format):  # an n-d COO: its entries are CSF's, in the same order
+                return csf_of_sorted(value)
         coords, values = value.coordinates()
         if isinstance(value.format.levels[-1], Dense) and not target.is_dense:
             keep = values != 0
