@@ -15,10 +15,10 @@ TRACE = "sum(<i, r> in A) sum(<j, a> in r) a * B(j)(i)"
 _DERIVATIVES: dict = {}
 
 
-def _derivative(kind: str, interpret: bool):
-    key = (kind, interpret)
+def _derivative(kind: str, interpret: bool, wrt: str = "B"):
+    key = (kind, interpret, wrt)
     if key not in _DERIVATIVES:
-        _DERIVATIVES[key] = getattr(sparsad, kind)(TRACE, wrt="B", interpret=interpret)
+        _DERIVATIVES[key] = getattr(sparsad, kind)(TRACE, wrt=wrt, interpret=interpret)
     return _DERIVATIVES[key]
 
 
@@ -70,6 +70,9 @@ def test_square_trace_gradient_reads_the_transposed_pattern_not_hash_maps():
     assert np.allclose(_values_on(got, B), _masked(A.T.tocsr(), B), rtol=1e-13)
     code = grad.show("code")
     assert "A_T_tpos" in code and "Dict.empty" not in code
+    grad_a = sparsad.grad(TRACE, wrt="A")
+    assert np.allclose(_values_on(grad_a(A=A, B=B), A), _masked(B.T.tocsr(), A), rtol=1e-13)
+    assert "B_T_tpos" in grad_a.show("code")
 
 
 def test_the_rule_keeps_the_let_when_the_reader_may_pass_the_columns_or_iterates_it():
@@ -90,3 +93,24 @@ def test_the_rule_keeps_the_let_when_the_reader_may_pass_the_columns_or_iterates
     assert read_transposed_lets(iterated, types(3)) == iterated
     nested = parse(let + "sum(<_, y> in (0:B_len)) sum(<_, x> in (0:B_len)) { x -> T(x) }")
     assert read_transposed_lets(nested, types(3)) == nested  # each x many times: the hash map stays
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from([(1, 1), (4, 7), (9, 3), (8, 8)]), density=st.floats(0.0, 1.0),
+       seed=st.integers(0, 2**16), kind=st.sampled_from(["grad", "vjp"]))
+def test_value_and_gradient_with_respect_to_the_row_operand(shape, density, seed, kind):
+    """d trace(A B) / dA = B^T on A's pattern: B's rows looked up at A's row keys, read by columns."""
+    rng = np.random.default_rng(seed)
+    n, m = shape
+    A, B = _csr(rng, n, m, density), _csr(rng, m, n, density)
+    args = dict(A=A, B=B) if kind == "grad" else dict(A=A, B=B, cotangent=-0.5)
+    scale = 1.0 if kind == "grad" else -0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.errors.FallbackWarning)
+        got = _derivative(kind, False, "A")(**args)
+        value = sparsad.compile(TRACE)(A=A, B=B)
+    reference = _derivative(kind, True, "A")(**args)
+    closed = scale * _masked(B.T.tocsr(), A) if A.nnz else np.zeros(0)
+    assert np.allclose(_values_on(got, A), closed, rtol=1e-13, atol=1e-13)
+    assert np.allclose(_values_on(reference, A), closed, rtol=1e-13, atol=1e-13)
+    assert np.isclose(value, (A @ B).diagonal().sum(), rtol=1e-12, atol=1e-12)

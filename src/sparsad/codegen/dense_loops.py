@@ -193,6 +193,8 @@ class _Rewriter:
             value = _substitute(value, a.name, a.value)
             if value is None:
                 return None
+        if write.target in reads(value):
+            return None  # the sum reads what it writes: its order matters
         factors = _factors(value)
         varying_factors = [f for f in factors if reads(f) & (varying | {"<unknown>"})]
         if len(varying_factors) != 2:

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sparsad.lang.names import all_names
+from sparsad.lang.names import Fresh, all_names
 from sparsad.lang.rebuild import map_children, substitute
-from sparsad.lang.syntax import Const, Expr, Let, LetTuple, Lookup, Range, Sum, Var, free_vars
+from sparsad.lang.syntax import (Binary, Const, Expr, Let, LetTuple, Lookup, Range, Singleton, SubArray, Sum, Var,
+                                 free_vars)
 from sparsad.lang.types import Dict, Int, Type
 from sparsad.opt.fuse import singleton_leaf
 from sparsad.opt.hoist import hoist_invariant_dictionaries
-from sparsad.opt.interchange import _interchange_sum, _row_slice
+from sparsad.opt.interchange import _interchange_sum, _row_slice, derived_base
 
 
 def _once_loops(body: Expr, depth: int, found: dict[str, Expr]) -> None:
@@ -153,16 +154,64 @@ def _rewrite(let: Let, types: Mapping[str, Type]) -> Expr | None:
     return replace_lookups(let.body)
 
 
+def _column_lookup(lookup: Lookup, once: Mapping[str, Expr], types: Mapping[str, Type], fresh) -> Expr | None:
+    """`(row r of a CSR input)(k)` at a once-loop's k, as `(column k of the input)(r)`: then the
+    column is built once per k (hoisted) instead of the row once per entry."""
+    row, k = lookup.dict, lookup.key
+    if not (isinstance(row, Sum) and isinstance(k, Var) and k.name in once):
+        return None
+    found = _slice_of(row.source)
+    if found is None:
+        return None
+    pos, idx, r = found
+    if k.name in free_vars(row) or r.name == k.name:
+        return None  # the row depends on k: nothing to gain
+    idx_type = types.get(idx)
+    if not (isinstance(idx_type, Dict) and isinstance(idx_type.value, Int) and isinstance(idx_type.value.extent, int)
+            and _rows_within(once[k.name], idx_type.value.extent, types)):
+        return None
+    leaf = singleton_leaf(row.body, unique=False)
+    if leaf is None or leaf[0] != Var(row.val):
+        return None
+    _, value, wrap = leaf
+    q, rr = fresh("q"), fresh("r")
+    base = derived_base(pos, idx)
+    tpos = Var(base + "_tpos")
+    column = SubArray(Var(base + "_tidx"), Lookup(tpos, k), Lookup(tpos, Binary("+", k, Const(1))))
+    entry = substitute(wrap(Singleton(Var(rr), value)), row.val, k)
+    if row.key != "_" and row.key in free_vars(entry):
+        entry = Let(row.key, Lookup(Var(base + "_tperm"), Var(q)), entry)
+    return Lookup(Sum(q, rr, column, entry), r)
+
+
+def _slice_of(source: Expr) -> tuple[str, str, Var] | None:
+    """(pos, idx, r) when source is IDX(POS(r):POS(r + 1)) for a variable r."""
+    match source:
+        case SubArray(array=Var(name=idx), start=Lookup(dict=Var(name=pos), key=Var() as r),
+                      end=Lookup(dict=Var(name=pos2), key=Binary(op="+", left=Var() as r2, right=Const(value=1)))) \
+                if pos == pos2 and r == r2:
+            return pos, idx, r
+    return None
+
+
 def read_transposed_lets(expr: Expr, types: Mapping[str, Type]) -> Expr:
-    """The program with every let-bound transpose of a CSR input read through its transposed
-    pattern (then rows hoisted out of the loops that read them); unchanged where the rule does
-    not apply."""
+    """The program with every let-bound transpose of a CSR input, and every lookup of a CSR
+    input's row at a once-loop's key, read through the input's transposed pattern (then rows
+    hoisted out of the loops that read them); unchanged where the rules do not apply."""
     changed = [False]
+    once: dict[str, Expr] = {}
+    _once_loops(expr, 0, once)
+    fresh = Fresh(all_names(expr))
 
     def go(e: Expr) -> Expr:
         e = map_children(e, go)
         if isinstance(e, Let):
             rewritten = _rewrite(e, types)
+            if rewritten is not None:
+                changed[0] = True
+                return rewritten
+        if isinstance(e, Lookup):
+            rewritten = _column_lookup(e, once, types, fresh)
             if rewritten is not None:
                 changed[0] = True
                 return rewritten
