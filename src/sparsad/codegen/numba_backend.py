@@ -30,6 +30,7 @@ import numpy as np
 
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
+from sparsad.codegen.dense_loops import rewrite_dense_loops
 from sparsad.codegen.ir import sized_containers
 from sparsad.codegen.prefix import index_names, prefix_workspaces
 from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fill, Fn,
@@ -122,6 +123,8 @@ class _Emitter:
                 return f"{c}[np.int64({self.expr(r)})].get(np.int64({self.expr(k)}), {zero})"
             case Choose(cond=c, then=t, orelse=o):
                 return f"({self.expr(t)} if {self.expr(c)} else {self.expr(o)})"
+            case _ if hasattr(e, "emit"):  # nodes of optional rewrites (codegen.dense_loops.Dot)
+                return e.emit(self.expr)
         raise TypeError(f"not an IR expression: {e!r}")
 
     def _grid_row(self, name: str) -> str | None:
@@ -828,6 +831,7 @@ def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = 
     static = [shape[d] if shape is not None else static[d] for d in range(loops.depth)]
     known = tuple(static[d] is not None or loops.key_ivs[d] is not None for d in range(loops.depth))
     plan = O.choose_output(loops, output, known, tuple(static))
+    loops = rewrite_dense_loops(loops, plan, plain_workspaces(loops))
     kernel = Kernel(expr, input_types, loops, plan, None if shape is None else tuple(shape), renames)
     with _KERNELS_LOCK:
         _KERNELS.setdefault(key, kernel)

@@ -6,7 +6,8 @@ language's rule that a missing key reads as zero.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 _JIT = dict(cache=True, error_model="numpy", inline="always")
 
@@ -160,3 +161,34 @@ def load2(array, row, column):
 def has_row(rows, row):
     """Whether a marked grid has a written row at `row` (False outside the grid)."""
     return 0 <= row < rows.shape[0] and rows[row]
+
+
+def _dot_slices(a, a0, b, b0, n):  # typed by the overload below (Numba only)
+    raise NotImplementedError
+
+
+@overload(_dot_slices, jit_options=dict(cache=True, nogil=True))
+def _dot_slices_typed(a, a0, b, b0, n):
+    """BLAS ddot on contiguous float64 slices; any other pair (float32, mixed dtypes, strided
+    views) a scalar loop accumulating in float64."""
+    blas = (isinstance(a, types.Array) and isinstance(b, types.Array) and a.dtype == b.dtype == types.float64
+            and a.layout == "C" and b.layout == "C")
+    if blas:
+        def through_blas(a, a0, b, b0, n):
+            return np.dot(a[a0:a0 + n], b[b0:b0 + n])
+        return through_blas
+
+    def scalar(a, a0, b, b0, n):
+        total = 0.0
+        for t in range(n):
+            total += float(a[a0 + t]) * float(b[b0 + t])
+        return total
+    return scalar
+
+
+@njit(cache=True, nogil=True)
+def dot(a, a0, b, b0, n):
+    """sum(a[a0 + t] * b[b0 + t] for t < n) (codegen.dense_loops: long dot products)."""
+    if n <= 0:
+        return 0.0
+    return _dot_slices(a, a0, b, b0, n)
