@@ -39,6 +39,7 @@ import numpy as np
 
 from sparsad.codegen.ir import (OUTPUT, Accumulate, Assign, For, ForItems, IfThen, Load,
                                 LoopProgram, Num, Op, Ref, accumulates)
+from sparsad.codegen.pattern_outputs import loop_limits_inlined
 from sparsad.errors import FormatError, InputError, UnsupportedError
 from sparsad.lang.types import DENSE_AUTO_LIMIT
 
@@ -132,7 +133,7 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
     if depth == 0:
         return OutputPlan("scalar")
     loop = row_loop(program)
-    pattern = input_pattern(program) if depth == 2 else None
+    pattern = input_pattern(loop_limits_inlined(program)) if depth == 2 else None
     if requested == "auto":
         if depth == 1:
             return OutputPlan("dense" if extent_known[0] else "dict")

@@ -1,0 +1,144 @@
+"""Results on a sparse input's pattern when the row's limits are bound to locals (codegen.pattern_outputs)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sparsad
+from sparsad.codegen import compile_physical
+from sparsad.codegen.ir import AddTo, Assign, Accumulate, For, Load, Num, Op, Ref, OUTPUT
+from sparsad.codegen.pattern_outputs import loop_limits_inlined_in
+from sparsad.lang.interpret import evaluate
+from sparsad.lang.parse import parse
+from sparsad.lang.values import values_equal
+
+# the optimized form of a logistic regression's gradient w.r.t. its design matrix: the row's
+# slice is bound once and read twice (a forward row sum, then the writes of the gradient)
+ROW_SCALED = parse("""
+sum(<_, i> in (0:X_len))
+  let s = X_idx(X_pos(i):X_pos(i + 1)) in
+  let g = y(i) * sigmoid(sum(<p, j> in s) X_val(p) * w(j)) in
+  sum(<_, k> in s) { unique(i) -> { unique(k) -> g * w(k) } }""")
+
+LOGREG = "sum(<i, r> in X) softplus(-y(i) * sum(<j, a> in r) a * w(j))"
+PREDICT = "sum(<i, r> in X) { i -> sigmoid(sum(<j, a> in r) a * w(j)) }"
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+@st.composite
+def design_matrices(draw):
+    """A CSR matrix with empty rows, explicit zeros and sorted unique columns per row."""
+    rows, cols = draw(st.integers(1, 7)), draw(st.integers(1, 6))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    mask = rng.random((rows, cols)) < draw(st.sampled_from([0.0, 0.2, 0.5, 1.0]))
+    coords = np.argwhere(mask)
+    values = rng.standard_normal(len(coords))
+    values[rng.random(len(coords)) < 0.25] = 0.0  # explicit zeros: stored entries all the same
+    indptr = np.searchsorted(coords[:, 0], np.arange(rows + 1)) if len(coords) else np.zeros(rows + 1, int)
+    matrix = sp.csr_matrix((values, coords[:, 1].astype(np.int32), indptr.astype(np.int32)), shape=(rows, cols))
+    return matrix, rng
+
+
+def masked(matrix: sp.csr_matrix, dense: np.ndarray) -> np.ndarray:
+    """dense read on the stored entries of matrix (explicit zeros included)."""
+    out = np.zeros(matrix.shape)
+    rows = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    out[rows, matrix.indices] = dense[rows, matrix.indices]
+    return out
+
+
+def inner_loop(body):
+    """The last statement of `body` inside a loop over rows i, after inlining."""
+    return loop_limits_inlined_in((For("i", Num(0), Num(3), body),))[0].body[-1]
+
+
+def test_loop_limits_are_inlined_only_from_once_assigned_reads():
+    body = (Assign("st", Load("pos", Ref("i"))), Assign("t", Op("+", Ref("i"), Num(1))),
+            Assign("en", Load("pos", Ref("t"))), For("p", Ref("st"), Ref("en"), ()))
+    loop = inner_loop(body)
+    assert loop.start == Load("pos", Ref("i")) and loop.end == Load("pos", Op("+", Ref("i"), Num(1)))
+    assert loop_limits_inlined_in(body)[-1].start == Ref("st")  # i is no loop variable here
+    twice = body[:1] + (Assign("st", Num(0)),) + body[1:]
+    assert inner_loop(twice).start == Ref("st")  # reassigned: left alone
+    added = body[:-1] + (AddTo("st", Num(1)), body[-1])
+    assert inner_loop(added).start == Ref("st")  # accumulated into
+    guarded = (Assign("st", Load("pos", Ref("i"), guarded=True)), For("p", Ref("st"), Num(2), ()))
+    assert inner_loop(guarded).start == Ref("st")  # a guarded read may be zero
+    read = (Assign("k", Load("perm", Ref("i"))), Assign("st", Load("pos", Ref("k"))), For("p", Ref("st"), Num(2), ()))
+    assert inner_loop(read).start == Ref("st")  # an index read from data: not a row
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=design_matrices())
+def test_row_scaled_writes_on_a_bound_slice_use_the_pattern(make_physical, data):
+    X, rng = data
+    w, y = rng.standard_normal(X.shape[1]), rng.standard_normal(X.shape[0])
+    types, arrays, _ = make_physical({"X": (X, "csr"), "w": (w, "dense"), "y": (y, "dense")})
+    arrays = {**arrays, "w": arrays.pop("w_V"), "y": arrays.pop("y_V")}
+    types = {**types, "w": types.pop("w_V"), "y": types.pop("y_V")}
+    kernel = compile_physical(ROW_SCALED, types)
+    assert kernel.output == "pattern" and "w_mark" not in kernel.source
+    result = kernel(**arrays)
+    assert isinstance(result, sp.csr_matrix) and result.nnz == X.nnz
+    assert (result.indices == X.indices).all() and (np.asarray(result.indptr) == X.indptr).all()
+    g = y * sigmoid(X @ w)
+    np.testing.assert_allclose(result.toarray(), masked(X, np.outer(g, w)), rtol=1e-13, atol=1e-14)
+    assert values_equal(result, evaluate(ROW_SCALED, arrays), rtol=1e-13, atol=1e-14)
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=design_matrices())
+def test_logistic_gradient_wrt_the_design_matrix(data):
+    X, rng = data
+    w, y = rng.standard_normal(X.shape[1]), rng.choice([-1.0, 1.0], X.shape[0])
+    grad = sparsad.grad(LOGREG, wrt="X")
+    result = grad(X=X, w=w, y=y)
+    assert "output: pattern" in grad.show("code")
+    interpreted = sparsad.grad(LOGREG, wrt="X", interpret=True)(X=X, w=w, y=y)
+    assert type(result) is type(interpreted)
+    expected = masked(X, np.outer(-y * sigmoid(-y * (X @ w)), w))
+    np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(result.toarray(), interpreted.toarray(), rtol=1e-13, atol=1e-14)
+    # another pattern of the same shape through the same compiled derivative: never stale
+    other = sp.random(*X.shape, density=0.6, format="csr", random_state=rng)
+    again = grad(X=other, w=w, y=y)
+    expected = masked(other, np.outer(-y * sigmoid(-y * (other @ w)), w))
+    np.testing.assert_allclose(again.toarray(), expected, rtol=1e-13, atol=1e-14)
+    assert again.nnz == other.nnz
+
+
+@settings(max_examples=10, deadline=None)
+@given(data=design_matrices())
+def test_vjp_of_predictions_wrt_the_design_matrix(data):
+    X, rng = data
+    w, ct = rng.standard_normal(X.shape[1]), rng.standard_normal(X.shape[0])
+    vjp = sparsad.vjp(PREDICT, wrt="X")
+    result = vjp(X=X, w=w, cotangent=ct)
+    assert "output: pattern" in vjp.show("code")
+    p = sigmoid(X @ w)
+    expected = masked(X, np.outer(ct * p * (1 - p), w))
+    np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
+    interpreted = sparsad.vjp(PREDICT, wrt="X", interpret=True)(X=X, w=w, cotangent=ct)
+    np.testing.assert_allclose(result.toarray(), interpreted.toarray(), rtol=1e-13, atol=1e-14)
+
+
+def test_input_changed_in_place_between_calls():
+    rng = np.random.default_rng(3)
+    X = sp.random(6, 5, density=0.5, format="csr", random_state=rng)
+    w, y = rng.standard_normal(5), rng.choice([-1.0, 1.0], 6)
+    grad = sparsad.grad(LOGREG, wrt="X")
+    grad(X=X, w=w, y=y)
+    X.data *= 2.0  # values changed in place: read on this call
+    row = int(np.flatnonzero(np.diff(X.indptr))[0])
+    X.indices[X.indptr[row]:X.indptr[row + 1]] = np.sort(rng.choice(5, X.indptr[row + 1] - X.indptr[row],
+                                                                     replace=False))
+    result = grad(X=X, w=w, y=y)
+    expected = masked(X, np.outer(-y * sigmoid(-y * (X @ w)), w))
+    np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
