@@ -142,3 +142,105 @@ def test_input_changed_in_place_between_calls():
     result = grad(X=X, w=w, y=y)
     expected = masked(X, np.outer(-y * sigmoid(-y * (X @ w)), w))
     np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
+
+
+# -- full rows: SpMM-like results whose written rows hold every column -----------------------------
+
+SPMM = "sum(<i, r> in A) { i -> sum(<k, a> in r) a * B(k) }"
+SPMM_BIASED = "sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<_, j> in (0:3)) { j -> a * B(k)(j) + 1.0 } }"
+# a condition on the column: rows hold columns 0 and 1 only ("a failed if makes no key")
+SPMM_FIRST_TWO = "sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<j, b> in B(k)) { j -> if j < 2 then a * b } }"
+
+
+def entries(matrix: sp.csr_matrix) -> list:
+    """(row, column, value) of every stored entry, in storage order."""
+    rows = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    return list(zip(rows.tolist(), matrix.indices.tolist(), matrix.data.tolist()))
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=design_matrices(), k=st.integers(0, 4))
+def test_spmm_results_are_assembled_in_full_rows(data, k):
+    A, rng = data
+    B = rng.standard_normal((A.shape[1], k))
+    B[rng.random(B.shape) < 0.3] = 0.0
+    compiled = sparsad.compile(SPMM)
+    result = compiled(A=A, B=B)
+    assert "output: dense -> rows" in compiled.show("code") and "w_mark" not in compiled.show("code")
+    workspace = sparsad.compile(SPMM, output="workspace")(A=A, B=B)
+    interpreted = sparsad.program(SPMM).run(A=A, B=B)
+    assert isinstance(result, sp.csr_matrix) and result.has_sorted_indices
+    # the same entries as the row workspace (explicit zeros too), the same sums bit for bit
+    assert entries(result) == entries(workspace)
+    written = np.diff(A.indptr) > 0
+    assert result.nnz == int(written.sum()) * k
+    np.testing.assert_allclose(result.toarray(), A @ B, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(result.toarray(), as_dense(interpreted, result.shape), rtol=1e-13, atol=1e-14)
+
+
+def as_dense(value, shape) -> np.ndarray:
+    """A result of the interpreter (a scipy matrix, or a nested dict when it is empty) as an array."""
+    if isinstance(value, dict):
+        out = np.zeros(shape)
+        for i, row in value.items():
+            for j, v in row.items():
+                out[i, j] = v
+        return out
+    return value.toarray()
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=design_matrices())
+def test_spmm_jvp_wrt_the_sparse_operand_in_full_rows(data):
+    A, rng = data
+    B = rng.standard_normal((A.shape[1], 3))
+    tangent = A.copy()
+    tangent.data = rng.standard_normal(A.nnz)
+    jvp = sparsad.jvp(SPMM, wrt="A", with_primal=False)
+    result = jvp(A=A, B=B, tangent=tangent)
+    interpreted = sparsad.jvp(SPMM, wrt="A", with_primal=False, interpret=True)(A=A, B=B, tangent=tangent)
+    np.testing.assert_allclose(result.toarray(), (tangent @ B), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(result.toarray(), as_dense(interpreted, result.shape), rtol=1e-13, atol=1e-14)
+    # a tangent on another pattern than A's (then not read by position): as the interpreter
+    other = sp.random(*A.shape, density=0.5, format="csr", random_state=rng)
+    again = jvp(A=A, B=B, tangent=other)
+    expected = sparsad.jvp(SPMM, wrt="A", with_primal=False, interpret=True)(A=A, B=B, tangent=other)
+    np.testing.assert_allclose(again.toarray(), as_dense(expected, again.shape), rtol=1e-13, atol=1e-14)
+
+
+@settings(max_examples=10, deadline=None)
+@given(data=design_matrices())
+def test_constant_column_range_and_conditional_writes(data):
+    A, rng = data
+    B = rng.standard_normal((A.shape[1], 3))
+    compiled = sparsad.compile(SPMM_BIASED)
+    result = compiled(A=A, B=B)
+    assert "output: dense -> rows" in compiled.show("code")
+    expected = np.zeros(A.shape[:1] + (3,))
+    for i, k, a in entries(A):
+        expected[i] += a * B[k] + 1.0
+    np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
+    assert result.nnz == int((np.diff(A.indptr) > 0).sum()) * 3
+    got = sparsad.compile(SPMM_FIRST_TWO)(A=A, B=B)
+    np.testing.assert_allclose(got.toarray()[:, :2], A @ B[:, :2], rtol=1e-13, atol=1e-14)
+    assert got.nnz == int((np.diff(A.indptr) > 0).sum()) * 2 and not got.toarray()[:, 2:].any()
+
+
+def test_full_rows_needs_each_write_directly_in_one_whole_column_loop():
+    from types import SimpleNamespace
+
+    from sparsad.codegen.ir import IfThen
+    from sparsad.codegen.pattern_outputs import full_rows
+
+    def program(*inner, start=Num(0), end=Ref("n")):
+        rows = For("i", Num(0), Ref("m"), (For("j", start, end, inner),))
+        return SimpleNamespace(body=(rows,), params=("m", "n"))
+
+    write = Accumulate(OUTPUT, (Ref("i"), Ref("j")), Num(1.0))
+    assert full_rows(program(Assign("t", Num(2.0)), write), "i") == (Ref("n"),)
+    assert full_rows(program(write, end=Num(4)), "i") == (Num(4),)
+    assert full_rows(program(IfThen(Ref("c"), (write,))), "i") is None  # a column may be skipped
+    assert full_rows(program(write, start=Num(1)), "i") is None  # column 0 is never written
+    assert full_rows(program(write, end=Ref("local")), "i") is None  # may differ from row to row
+    transposed = Accumulate(OUTPUT, (Ref("j"), Ref("i")), Num(1.0))
+    assert full_rows(program(transposed), "i") is None
