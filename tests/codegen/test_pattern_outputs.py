@@ -244,3 +244,21 @@ def test_full_rows_needs_each_write_directly_in_one_whole_column_loop():
     assert full_rows(program(write, end=Ref("local")), "i") is None  # may differ from row to row
     transposed = Accumulate(OUTPUT, (Ref("j"), Ref("i")), Num(1.0))
     assert full_rows(program(transposed), "i") is None
+
+
+@pytest.mark.parametrize("fmt", ["csc", "coo"])
+def test_gradient_wrt_a_design_matrix_stored_by_columns_or_coordinates(fmt):
+    # read by rows: the row-order copy's pattern carries the result, as the interpreter's
+    rng = np.random.default_rng(5)
+    X = sp.random(8, 5, density=0.4, random_state=rng, format=fmt)
+    X.data[::3] = 0.0  # explicit zeros
+    w, y = rng.standard_normal(5), rng.choice([-1.0, 1.0], 8)
+    grad = sparsad.grad(LOGREG, wrt="X")
+    result = grad(X=X, w=w, y=y)
+    assert "output: pattern" in grad.show("code")
+    interpreted = sparsad.grad(LOGREG, wrt="X", interpret=True)(X=X, w=w, y=y)
+    assert type(result) is type(interpreted)
+    Xr = sp.csr_matrix(X)
+    expected = masked(Xr, np.outer(-y * sigmoid(-y * (Xr @ w)), w))
+    np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(result.toarray(), interpreted.toarray(), rtol=1e-13, atol=1e-14)
