@@ -262,3 +262,10 @@ def test_gradient_wrt_a_design_matrix_stored_by_columns_or_coordinates(fmt):
     expected = masked(Xr, np.outer(-y * sigmoid(-y * (Xr @ w)), w))
     np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(result.toarray(), interpreted.toarray(), rtol=1e-13, atol=1e-14)
+
+
+def test_a_limit_assigned_in_a_branch_is_not_inlined_after_it():
+    from sparsad.codegen.ir import IfThen
+
+    body = (IfThen(Ref("c"), (Assign("st", Load("pos", Ref("i"))),)), For("p", Ref("st"), Num(2), ()))
+    assert inner_loop(body).start == Ref("st")  # may hold an earlier row's value

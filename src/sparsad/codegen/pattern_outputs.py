@@ -61,71 +61,69 @@ def loop_limits_inlined(program: LoopProgram) -> LoopProgram:
 def loop_limits_inlined_in(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
     """The statements with the limits of their loops inlined (`loop_limits_inlined`)."""
     assigned: Counter = Counter()
-    values: dict[str, IRExpr] = {}
-    loop_vars: set[str] = set()
     for stmt in _statements(body):
         match stmt:
-            case Assign(name=name, value=value):
+            case Assign(name=name):
                 assigned[name] += 1
-                values[name] = value
             case AddTo(name=name):
                 assigned[name] += 2  # accumulated into: not a fixed value
             case For(var=var):
-                loop_vars.add(var)
                 assigned[var] += 2
             case ForItems(key=key, value=value):
                 assigned[key] += 2
                 assigned[value] += 2
     fixed = {name for name, count in assigned.items() if count == 1}
 
-    def steady(e: IRExpr) -> bool:
-        """Whether e has one value within an iteration of the loops around its uses."""
+    def steady(e: IRExpr, env: dict, loop_vars: frozenset) -> bool:
+        """Whether e has one value within an iteration of the enclosing loops: loop variables,
+        constants and visible once-assigned sums of those."""
         match e:
             case Num():
                 return True
             case Ref(name=name):
-                return name in loop_vars or (name in fixed and _index_like(values[name], steady))
+                return name in loop_vars or (name in env and isinstance(env[name], Op)
+                                             and steady(env[name], env, loop_vars))
             case Op(op=op, left=left, right=right) if op in ("+", "-"):
-                return steady(left) and steady(right)
+                return steady(left, env, loop_vars) and steady(right, env, loop_vars)
         return False
 
-    def limit(e: IRExpr) -> IRExpr:
-        if isinstance(e, Ref) and e.name in fixed:
-            value = values[e.name]
-            if isinstance(value, Load) and not value.guarded and steady(value.index):
-                return replace(value, index=_index_inlined(value.index, fixed, values))
+    def spelled(index: IRExpr, env: dict) -> IRExpr:
+        """The index with its locals spelled out (`i + 1` rather than `t13`), the form
+        `outputs.input_pattern` compares with."""
+        match index:
+            case Ref(name=name) if name in env:
+                return spelled(env[name], env)
+            case Op(op=op, left=left, right=right):
+                return Op(op, spelled(left, env), spelled(right, env))
+        return index
+
+    def limit(e: IRExpr, env: dict, loop_vars: frozenset) -> IRExpr:
+        value = env.get(e.name) if isinstance(e, Ref) else None
+        if isinstance(value, Load) and not value.guarded and steady(value.index, env, loop_vars):
+            return replace(value, index=spelled(value.index, env))
         return e
 
-    def rewrite(stmts: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    def rewrite(stmts: tuple[Stmt, ...], env: dict, loop_vars: frozenset) -> tuple[Stmt, ...]:
+        # env: the once-assigned locals visible here (assigned earlier in this block or in an
+        # enclosing one; an assignment inside a branch or a loop body is not visible after it)
+        env = dict(env)
         out = []
         for stmt in stmts:
             match stmt:
+                case Assign(name=name, value=value) if name in fixed:
+                    env[name] = value
                 case For():
-                    stmt = replace(stmt, start=limit(stmt.start), end=limit(stmt.end), body=rewrite(stmt.body))
+                    stmt = replace(stmt, start=limit(stmt.start, env, loop_vars), end=limit(stmt.end, env, loop_vars),
+                                   body=rewrite(stmt.body, env, loop_vars | {stmt.var}))
                 case ForItems():
-                    stmt = replace(stmt, body=rewrite(stmt.body))
+                    stmt = replace(stmt, body=rewrite(stmt.body, env, loop_vars))
                 case IfThen():
-                    stmt = replace(stmt, then=rewrite(stmt.then), orelse=rewrite(stmt.orelse))
+                    stmt = replace(stmt, then=rewrite(stmt.then, env, loop_vars),
+                                   orelse=rewrite(stmt.orelse, env, loop_vars))
             out.append(stmt)
         return tuple(out)
 
-    return rewrite(body)
-
-
-def _index_like(value: IRExpr, steady) -> bool:
-    """A local usable inside an inlined index: an integer sum of loop variables and constants."""
-    return isinstance(value, Op) and value.op in ("+", "-") and steady(value)
-
-
-def _index_inlined(index: IRExpr, fixed: set, values: dict) -> IRExpr:
-    """The index with its once-assigned locals spelled out (`i + 1` rather than `t13`), the
-    form `outputs.input_pattern` compares with."""
-    match index:
-        case Ref(name=name) if name in fixed:
-            return _index_inlined(values[name], fixed, values)
-        case Op(op=op, left=left, right=right):
-            return Op(op, _index_inlined(left, fixed, values), _index_inlined(right, fixed, values))
-    return index
+    return rewrite(body, {}, frozenset())
 
 
 def _statements(body: tuple[Stmt, ...]):
