@@ -48,6 +48,7 @@ import numpy as np
 
 from sparsad.codegen.ir import (OUTPUT, Accumulate, Assign, For, ForItems, IfThen, Load,
                                 LoopProgram, Num, Op, Ref, accumulates)
+from sparsad.codegen import pattern_outputs as PO
 from sparsad.errors import FormatError, InputError, UnsupportedError
 from sparsad.lang.types import DENSE_AUTO_LIMIT
 
@@ -258,13 +259,16 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
             return OutputPlan("entries", "tensor", entries=entries)
         requested = "auto"  # the writes do not follow one input's entries
     loop = row_loop(program)
-    pattern = input_pattern(program) if depth == 2 else None
+    pattern = input_pattern(PO.loop_limits_inlined(program)) if depth == 2 else None
+    rows = PO.full_rows(program, loop.var) if loop is not None and all(extent_known) else None
     if requested == "auto":
         if depth == 1:
             return OutputPlan("dense" if extent_known[0] else "dict")
         if depth == 2:
             if pattern is not None and extent_known[1]:
                 return OutputPlan("pattern", "csr", loop.var, pattern)
+            if rows is not None:  # every row written is whole: dense rows, no workspace
+                return OutputPlan("dense", PO.ROWS, loop.var, rows)
             if loop is not None and extent_known[1]:
                 return OutputPlan("workspace", "csr", loop.var)
             return OutputPlan("coo", "csr")
@@ -299,6 +303,8 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
         if not extent_known[1]:
             raise UnsupportedError("output='workspace' needs the number of columns; pass shape=(...)")
         return OutputPlan("workspace", "csr", loop.var)
+    if requested == "csr" and rows is not None:
+        return OutputPlan("dense", PO.ROWS, loop.var, rows)
     if requested == "csr" and loop is not None and extent_known[1]:
         return OutputPlan("workspace", "csr", loop.var)
     return OutputPlan("coo", requested)
@@ -309,7 +315,7 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
 def output_params(plan: OutputPlan, depth: int) -> tuple[str, ...]:
     """Extra kernel parameters the wrapper passes for this output."""
     if plan.kind == "dense":
-        return ("out",)
+        return PO.full_rows_params() if plan.result_format == PO.ROWS else ("out",)
     if plan.kind == "coo":
         return (*(f"out_k{d}" for d in range(depth)), "out_v")
     if plan.kind == "workspace":
@@ -355,6 +361,8 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
     kind = plan.kind
     if kind == "scalar":
         return [f"out += {value}"]
+    if kind == "dense" and plan.result_format == PO.ROWS:
+        return PO.full_rows_accumulate(keys, value, guarded)
     if kind == "dense":
         tests = [f"0 <= {k} < out.shape[{d}]" for d, k in enumerate(keys) if guarded[d]]
         if not tests:  # every key proven inside the result's extents
@@ -459,6 +467,8 @@ def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dt
     if plan.kind == "entries":
         return (np.zeros(len(inputs[plan.entries.leaf_crd]), dtype=dtype),)
     if plan.kind == "dense":
+        if plan.result_format == PO.ROWS:
+            return PO.full_rows_arguments(extents, dtype)
         return (np.zeros(tuple(extents), dtype=dtype),)
     if plan.kind == "coo":
         return (*(np.empty(capacity, np.int64) for _ in range(depth)), np.empty(capacity, dtype))
@@ -511,7 +521,7 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
     if plan.kind == "scalar":
         return int(raw) if leaf == "int" else float(raw)
     if plan.kind == "dense":
-        return arguments[0]
+        return PO.full_rows_result(plan, arguments, extents, inputs) if plan.result_format == PO.ROWS else arguments[0]
     if plan.kind == "dict":
         return _nested(raw, depth, leaf)
     if plan.kind == "coo":

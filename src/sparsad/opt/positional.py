@@ -60,8 +60,10 @@ def read_by_position(expr: Expr) -> Expr:
         if isinstance(e, Sum):
             source = go(e.source, env, loops, bound)
             key = e.key
-            if key == "_" and isinstance(source, (SubArray, Range)):
-                key = fresh()  # a name for the position, in case a lookup resolves to it
+            if key == "_" and isinstance(_expand(source, env), (SubArray, Range)):
+                # a name for the position, in case a lookup resolves to it (also when the
+                # sub-array was let-bound once for several loops: common-subexpression elimination)
+                key = fresh()
             inner = (key, e.val, source)
             body = go(e.body, env, loops + (inner,), bound | {key, e.val})
             return Sum(key, e.val, source, body, span=e.span)
