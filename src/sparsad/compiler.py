@@ -136,6 +136,11 @@ class CompiledProgram(Program):
                                                tensor.physical_arrays(name))
         return memo
 
+    @staticmethod
+    def _same_pattern(a: StoredTensor, b: StoredTensor) -> bool:
+        """`_same_pattern`, for fastcall (which cannot import this module at its top)."""
+        return _same_pattern(a, b)
+
     def _reordered(self, name: str, value: Any, tensor: StoredTensor) -> dict[str, Any]:
         """The physical arrays of input `name` in row order (`_row_order`): converted once per
         unchanged input (the conversion cache fingerprints the user's object: index arrays
@@ -418,14 +423,17 @@ def _shared_patterns(stored: Mapping[str, StoredTensor]) -> tuple[tuple[str, str
 
 
 def _same_pattern(a: StoredTensor, b: StoredTensor) -> bool:
+    from sparsad.codegen.reuse import same_contents
+
     if a.format is not b.format and a.format != b.format or a.shape != b.shape:
         return False
+    values = a.values
     for field, x in a.fields.items():
-        y = b.fields[field]
-        if x is a.values or x is y:
+        y = b[field]
+        if x is values or x is y:
             continue
         if isinstance(x, np.ndarray):
-            if not (isinstance(y, np.ndarray) and x.shape == y.shape and np.array_equal(x, y)):
+            if not (isinstance(y, np.ndarray) and x.shape == y.shape and same_contents(x, y)):
                 return False
         elif x != y:
             return False

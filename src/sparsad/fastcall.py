@@ -131,8 +131,12 @@ class RepeatCall:
             return
         if any(prepared[name] is not arrays.get(name) for name in prepared):
             return
+        pinned = {name: program._bound_inputs.get(name) for name, how, *_ in self.steps if how == _STORED}
+        if any(memo is None or any(field in prepared and arrays.get(field) is not array
+                                   for field, array in memo[2].items()) for memo in pinned.values()):
+            return  # (another thread bound another form meanwhile: these arrays are not its)
         self.extra = tuple(name for name in arrays if name not in prepared)
-        self.pinned = {name: program._bound_inputs.get(name) for name, how, *_ in self.steps if how == _STORED}
+        self.pinned = pinned
 
     def arrays(self, program: Any, inputs: Mapping[str, Any]) -> tuple[dict, bool] | Any:
         """(the kernel's arrays for `inputs`, whether they are prepared already: see `settle`), or
@@ -167,8 +171,7 @@ class RepeatCall:
                     tensors[name] = bound[0]
                 arrays.update(program._reordered(name, value, bound[0]) if name in self.reorder else bound[2])
         if tensors is not None:  # the plan reads `second` at `first`'s positions: same pattern?
-            from sparsad.compiler import _same_pattern
-
+            _same_pattern = program._same_pattern
             for second, first in self.shared:
                 if second not in tensors or first not in tensors or \
                         not _same_pattern(tensors[first], tensors[second]):

@@ -326,17 +326,21 @@ class Derivative(Program):
         then what `__call__` does to its result; _MISSING when it does not apply (nothing was run,
         `inputs` is as given). The inputs' names are checked by the repeat: the same names, in the
         same order, as the last call, which passed every check of the full path."""
-        if self.interpret or len(self.wrt) != 1 or self.seed_name is not None or \
-                (self.mode == "forward" and self.kind in ("grad", "jacobian")):
+        if self.interpret:
             return _MISSING
-        wrt = self.wrt[0]
+        repeatable = self.__dict__.get("_repeatable")
+        if repeatable is None:  # one wrt, no user-named seed, compiled: fixed when the derivative is made
+            single = len(self.wrt) == 1 and self.seed_name is None and \
+                not (self.mode == "forward" and self.kind in ("grad", "jacobian"))
+            seed_name = self.seed_names[self.wrt[0]] if single and self.seed_names else None
+            repeatable = self._repeatable = (self.wrt[0], SEED_KEYWORDS.get(self.kind), seed_name) if single else ()
+        if not repeatable:
+            return _MISSING
+        wrt, keyword, seed_name = repeatable
         compiled = self._compiled.get(wrt)
         if compiled is None or compiled._repeat is None:
             return _MISSING
-        keyword = SEED_KEYWORDS.get(self.kind)
-        seed_name = None
         if keyword is not None:
-            seed_name = self.seed_names[wrt]
             seed = inputs.get(keyword, _MISSING)
             # a dict of directions by name is unpacked by the full path; a name already taken
             # by the caller is theirs (an unexpected input the full path reports)

@@ -23,6 +23,7 @@ import re
 import sys
 import tempfile
 import threading
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -524,6 +525,10 @@ class Kernel:
                                  and self._workspaces[k + 1].name == f"{c.name}__cols")
         # the last buffer sizes the memory guard let through quietly, and their bytes (see run)
         self._quiet_sizes: tuple = (None, 0.0)
+        # a result that is a number or one dense array, with no workspaces: the call has nothing to
+        # decide (`_run_simple`); the kernel's parameters gathered by one C call
+        self._simple = plan.kind if plan.kind in ("scalar", "dense") and not self._workspaces else None
+        self._gather = _gatherer(tuple(loops.params))
 
     @property
     def output(self) -> str:
@@ -595,6 +600,8 @@ class Kernel:
         # every check of the call in one straight-line function (codegen.guard); when it does not
         # vouch for the inputs, the node-by-node path below raises the FormatError naming them
         passed = self._checked(prepared) if validate else None
+        if passed is not None and self._simple is not None:
+            return self._run_simple(prepared, passed, dtype)
         if passed is not None:  # the guard lists workspace sizes in self._workspaces' order
             workspace_sizes, extents, indptr = passed
         else:
@@ -617,7 +624,7 @@ class Kernel:
                 # (set_memory_limit may have lowered them since): one comparison, not the byte counts
                 sizes = (extents, workspace_sizes, capacity, dtype)
                 quiet = self._quiet_sizes
-                if quiet[0] != sizes or quiet[1] > min(warn_threshold(), memory_limit()):
+                if quiet[0] != sizes or (quiet[1] and quiet[1] > min(warn_threshold(), memory_limit())):
                     nbytes = _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes, grids)
                     if nbytes <= min(warn_threshold(), memory_limit()):
                         self._quiet_sizes = (sizes, nbytes)
@@ -628,16 +635,40 @@ class Kernel:
                 capacity *= 4  # the append buffers were full: rerun with more room
             if self._appends:
                 self._capacity_hint = max(self._capacity_hint, int(raw[0]))
-        except IndexError as error:
-            raise FormatError(f"{error}; the output extents are {extents} (pass shape=... or fix "
-                              f"the index arrays)") from None
         except Exception as error:
-            import numba
-
-            if isinstance(error, numba.core.errors.NumbaError):  # typing, lowering: it cannot compile
-                raise UnsupportedError(f"Numba could not compile the kernel: {error}") from None
-            raise
+            ours = _kernel_error(error, extents)
+            if ours is error:
+                raise
+            raise ours from None
         return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared, indptr=indptr)
+
+    def _run_simple(self, prepared: Mapping[str, Any], passed: tuple, dtype: np.dtype | None):
+        """`run_prepared` after the guard passed, for a result that is a number or one dense array
+        and no workspaces: the same steps (memory guard, `outputs.output_arguments`, the kernel,
+        `outputs.finish`) written out for those two kinds, with nothing to decide per call."""
+        args = self._gather(prepared)
+        function = self._function if self._function is not None else self.function
+        extents = passed[1]
+        try:
+            if self._simple == "scalar":  # no buffer to allocate; finish: the number as int or float
+                raw = function(*args)
+                return int(raw) if self.loops.leaf == "int" else float(raw)
+            if dtype is None:
+                dtype = self._dtype(prepared)
+            sizes = (extents, passed[0], 16, dtype)  # the key `run_prepared` uses
+            quiet = self._quiet_sizes
+            if quiet[0] != sizes or quiet[1] > min(warn_threshold(), memory_limit()):
+                nbytes = _guard_memory(self.plan, self.loops.depth, extents, dtype, 16, passed[0])
+                if nbytes <= min(warn_threshold(), memory_limit()):
+                    self._quiet_sizes = (sizes, nbytes)
+            out = np.zeros(tuple(extents), dtype=dtype)  # output_arguments and finish of a dense result
+            function(*args, out)
+            return out
+        except Exception as error:
+            ours = _kernel_error(error, extents)
+            if ours is error:
+                raise
+            raise ours from None
 
     def _checked(self, prepared):
         """(workspace sizes, extents, pattern indptr) when every check passes, else None."""
@@ -709,6 +740,29 @@ class Kernel:
 
 
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _gatherer(names: tuple[str, ...]):
+    """A function from a mapping to the tuple of its values at `names` (operator.itemgetter, which
+    returns a bare value for one name)."""
+    if len(names) > 1:
+        return itemgetter(*names)
+    if names:
+        name = names[0]
+        return lambda mapping: (mapping[name],)
+    return lambda mapping: ()
+
+
+def _kernel_error(error: Exception, extents) -> Exception:
+    """What a failed kernel call raises: an index outside the output is the caller's FormatError;
+    a Numba typing or lowering error means the kernel cannot compile (UnsupportedError)."""
+    if isinstance(error, IndexError):
+        return FormatError(f"{error}; the output extents are {extents} (pass shape=... or fix the index arrays)")
+    import numba
+
+    if isinstance(error, numba.core.errors.NumbaError):  # typing, lowering: it cannot compile
+        return UnsupportedError(f"Numba could not compile the kernel: {error}")
+    return error
 
 
 def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
