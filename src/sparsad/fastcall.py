@@ -23,6 +23,10 @@ to check to know that the same plan applies, and the one step that makes its ker
   the plan reads at another input's positions (`plan["shared"]`: a tangent with its matrix's
   pattern) must still have that pattern, checked on every call as on the full path.
 
+The first repeat of a record also settles what later ones may skip (`RepeatCall.settle`): the
+result's dtype, and `Kernel.prepare` when it passed every array on unchanged and the steps pin
+what it checks (a caller's own StoredTensor is always prepared: nothing else checks its arrays).
+
 A call that does not match (other names or order, another type, shape or dtype) takes the full
 path, which records a new `RepeatCall`. The kernel still runs its bounds guard on every call,
 and invalid inputs raise the same errors as on the full path (they fail the match or the
