@@ -430,3 +430,22 @@ def test_repeats_that_skip_the_kernel_input_checks_still_see_new_index_dtypes_an
         spmv(A=stored, x=x)
     values.shape = (values.size,)
     np.testing.assert_allclose(spmv(A=stored, x=x), A @ x, rtol=1e-13)
+
+
+def test_repeated_positional_derivative_calls_match_a_fresh_derivative_and_raise_its_errors():
+    rng = np.random.default_rng(27)
+    A, x, y = _matrix(27), rng.standard_normal(5), rng.standard_normal(6)
+    vjp = sparsad.vjp(SPMV, wrt="x")
+    grad = sparsad.grad(RIDGE, wrt="lam")
+    for _ in range(3):
+        np.testing.assert_allclose(vjp(A, x, cotangent=y), A.T @ y, rtol=1e-13)
+        np.testing.assert_allclose(vjp(A, cotangent=y, x=x), A.T @ y, rtol=1e-13)
+        assert grad(A, 0.5, x, y) == pytest.approx(float(x @ x), rel=1e-13)
+    for bad in ((A, x, x), (A, "x"), (A,)):  # too many, a string, a missing input: a first call's errors
+        with pytest.raises(SparsadError) as repeated:
+            vjp(*bad, cotangent=y)
+        with pytest.raises(SparsadError) as first:
+            sparsad.vjp(SPMV, wrt="x")(*bad, cotangent=y)
+        assert type(repeated.value) is type(first.value)
+    with pytest.raises(SparsadError):
+        vjp(A, x, x=x, cotangent=y)  # x twice

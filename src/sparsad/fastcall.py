@@ -18,10 +18,17 @@ to check to know that the same plan applies, and the one step that makes its ker
   as the gradient of `lam * sum(x * x) + f(A, x)` w.r.t. lam, which never reads A): what selects
   the plan (type, shape, dtype, and for a stored input the same object: a new one is converted and
   validated on the full path, as on a first call). Its contents cannot change the answer, so they
-  are neither converted nor checksummed again. An input the plan reads in row order (`plan["reorder"]`: a CSC or COO read by rows)
-  gets its row-order copy (`CompiledProgram._reordered`, reused only while unchanged); inputs
-  the plan reads at another input's positions (`plan["shared"]`: a tangent with its matrix's
-  pattern) must still have that pattern, checked on every call as on the full path.
+  are neither converted nor checksummed again.
+
+An input the plan reads in row order (`plan["reorder"]`: a CSC or COO read by rows) gets its
+row-order copy (`CompiledProgram._reordered`, reused only while unchanged); inputs the plan
+reads at another input's positions (`plan["shared"]`: a tangent with its matrix's pattern) must
+still have that pattern, checked on every call as on the full path (one Numba pass per index
+array, `codegen.reuse.same_contents`).
+
+A derivative (`ad.api.Derivative`) of one wrt input has its own repeat on top: the seed renamed
+to its internal input, the compiled program's repeat, and the result's shape checked against the
+one its type gives (worked out once per plan), with no pass over its values.
 
 The first repeat of a record also settles what later ones may skip (`RepeatCall.settle`): the
 result's dtype, and `Kernel.prepare` when it passed every array on unchanged and the steps pin

@@ -11,8 +11,8 @@ from typing import Any, Iterable, Mapping
 from sparsad.ad.forward import forward, tangent_name, tensorized
 from sparsad.ad.guess import guess_types
 from sparsad.ad.reverse import reverse
-from sparsad.errors import (InputError, OptionError, ProgramTypeError, ShapeError, UnsupportedError, check_option,
-                            did_you_mean)
+from sparsad.errors import (InputError, OptionError, ProgramTypeError, ShapeError, SparsadError, UnsupportedError,
+                            check_option, did_you_mean)
 from sparsad.lang import values as V
 from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
@@ -295,8 +295,14 @@ class Derivative(Program):
     def __call__(self, *args: Any, out_format: str = "natural", **inputs: Any) -> Any:
         """Run on the primal's inputs (by position in `inputs` order, or by keyword), plus
         `tangent=` (jvp) or `cotangent=` (vjp); see the class docstring for what comes back."""
-        if not args and out_format == "natural":
-            result = self._repeat_call(inputs)
+        if out_format == "natural":
+            bound: dict | None = inputs
+            if args:  # bound as the full path binds them (its errors are its own: raised there)
+                try:
+                    bound = bind_inputs(self.primal.inputs, args, dict(inputs), f"this {self.kind}")
+                except SparsadError:
+                    bound = None
+            result = self._repeat_call(bound) if bound is not None else _MISSING
             if result is not _MISSING:
                 return result
         check_option(out_format, OUT_FORMATS, "out_format")
@@ -321,7 +327,7 @@ class Derivative(Program):
         return derivative
 
     def _repeat_call(self, inputs: dict[str, Any]) -> Any:
-        """A call like the last compiled one, by keyword, of one wrt input: the compiled program's
+        """A call like the last compiled one (inputs bound by name), of one wrt input: the compiled program's
         repeated call (`CompiledProgram.repeat`) on the inputs and the seed under its internal name,
         then what `__call__` does to its result; _MISSING when it does not apply (nothing was run,
         `inputs` is as given). The inputs' names are checked by the repeat: the same names, in the
