@@ -495,10 +495,15 @@ class Derivative(Program):
         if self.kind in ("jvp", "jacobian"):
             if self.kind == "jacobian" and getattr(result, "shape", None) == getattr(inputs.get(wrt), "shape", 0):
                 return result  # a scalar program's Jacobian, already shaped like wrt (no pass over it)
-            full, shape = self._output_layout(wrt, inputs, plan)
             # only a zero result of another shape than its type's is replaced: a result without a
             # full shape to take, or with that shape already, needs no pass over its values
-            if shape is None or getattr(result, "shape", None) == shape or not _is_zero(result):
+            layout = self._output_layout(wrt, inputs, plan, quiet=True)
+            if layout is not None and (layout[1] is None or getattr(result, "shape", None) == layout[1]):
+                return result
+            if not _is_zero(result):
+                return result
+            full, shape = layout or self._output_layout(wrt, inputs, None)  # (its type errors, if any)
+            if shape is None or getattr(result, "shape", None) == shape:
                 return result
             if out_format == "natural":
                 out_format = "csr" if len(shape) == 2 else "natural"
@@ -521,23 +526,30 @@ class Derivative(Program):
             out_format = "csr" if len(shape) == 2 else "natural"
         return to_natural(zeros, wrt_type, out_format)
 
-    def _output_layout(self, wrt: str, inputs: Mapping[str, Any], plan: dict | None) -> tuple[Type, tuple | None]:
+    def _output_layout(self, wrt: str, inputs: Mapping[str, Any], plan: dict | None,
+                       quiet: bool = False) -> tuple[Type, tuple | None] | None:
         """(type, shape) of a jvp (the output's type) or Jacobian (output ⊗ wrt); the shape is None
         unless every extent is known and the type is a tensor of that order (a zero result is then
         reshaped to it). Remembered for the last compiled plan of each wrt: the plan fixes every
-        input's type, hence these."""
+        input's type, hence these. `quiet`: None instead of an error when the types do not infer."""
         remembered = self._layouts.get(wrt)
         if remembered is not None and plan is not None and remembered[0] is plan:
             return remembered[1]
         names = self.primal._input_names()
         types = {name: value_type(value) for name, value in inputs.items() if name in names}
         types.update(self.declared)
-        out = self.output_type(types)
-        full = out if self.kind == "jvp" else _tensor_product_type(out, types[wrt])
-        shape = extents(full)
-        order = tensor_order(_real_leaves(full))
-        known = bool(order) and len(shape) == order and all(e is not None for e in shape)
-        layout = (full, tuple(shape) if known else None)
+        try:
+            out = self.output_type(types)
+            full = out if self.kind == "jvp" else _tensor_product_type(out, types[wrt])
+            shape = extents(full)
+            order = tensor_order(_real_leaves(full))
+        except Exception:  # noqa: BLE001 - raised again where the shape is needed (a zero result)
+            if not quiet:
+                raise
+            layout = None
+        else:
+            known = bool(order) and len(shape) == order and all(e is not None for e in shape)
+            layout = (full, tuple(shape) if known else None)
         if plan is not None:
             self._layouts[wrt] = (plan, layout)
         return layout
