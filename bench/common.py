@@ -30,6 +30,40 @@ def best_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1, budget
     return reduce(times)
 
 
+def steady_time(fn: Callable[[], object], repeat: int = 3, budget_s: float = 0.25, batch_s: float = 1e-3,
+                max_batches: int = 10) -> float:
+    """Least time per call of `fn` over at least `repeat` batches (more while within `budget_s`, up
+    to `max_batches`), after one warm-up call. A call shorter than `batch_s` runs k times per batch,
+    k calls lasting about `batch_s` (k from calling it for a quarter of that first), so that
+    neither the timer's own cost nor one preemption of the process lands on a single microsecond
+    call; a longer call is one call per batch (then this is `best_time(fn, repeat, warmup=1,
+    budget_s, reduce=min)`). Every tool compared in a run is timed this way.
+
+    >>> steady_time(lambda: sum(range(10))) < 1e-3
+    True
+    """
+    fn()  # warm-up
+    calls, start = 0, time.perf_counter()
+    while True:  # calibration, also the first sample
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= batch_s / 4:
+            break
+    best = elapsed / calls
+    calls = 1 if calls == 1 and elapsed >= batch_s else max(1, int(batch_s * calls / elapsed))
+    for done in range(2, max(repeat, max_batches) + 1):
+        if calls == 1 and done > repeat:
+            break  # long calls: `repeat` of them at most, as best_time
+        if time.perf_counter() - start > budget_s and (calls == 1 or done > repeat):
+            break
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
 def print_table(rows: list[dict], columns: Iterable[str] | None = None) -> None:
     if not rows:
         print("(no rows)")

@@ -45,7 +45,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
-from bench.common import best_time, plot_bars, print_table, write_csv
+from bench.common import best_time, plot_bars, print_table, steady_time, write_csv
 from bench.corpora.nablasd import ENTRIES, Entry, SparseTensor
 
 SUITE = "corpus"
@@ -690,19 +690,20 @@ def bench_case(cfg: Config, P: Prepared, wrt: str, kind: str) -> dict:
         # build such Jacobians densely): a second slow call would only spend the run's time
         row["competitor_note"] = f"not timed: the first call took {row['first_s']:.3g} s and there is no closed form"
         return row
-    # the least of a few calls: on a loaded machine the median measures the other processes
+    # the least of a few calls (on a loaded machine the median measures the other processes), in
+    # batches for short calls (bench.common.steady_time): ours, the closed form and the competitors
+    # alike; a slow first call is followed by one timed call only
     try:
         with time_cap(cfg.cap_s * 2):
-            row["sparsad_s"] = best_time(again, repeat=1 if slow else cfg.repeat, warmup=0, budget_s=cfg.budget_s,
-                                         reduce=min)
+            row["sparsad_s"] = best_time(again, repeat=1, warmup=0, reduce=min) if slow else \
+                steady_time(again, repeat=cfg.repeat, budget_s=cfg.budget_s)
     except Budget:
         row["cause"] = (row["cause"] + "; steady timing ran past the cap").strip("; ")
         return row
     if reference is not None:
         try:
             with time_cap(cfg.cap_s * 2):
-                row["closed_s"] = best_time(reference, repeat=cfg.repeat, warmup=1, budget_s=cfg.budget_s,
-                                            reduce=min)
+                row["closed_s"] = steady_time(reference, repeat=cfg.repeat, budget_s=cfg.budget_s)
         except Budget:
             row["competitor_note"] = "closed form: timing ran past the cap"
         if row["closed_s"]:
@@ -719,8 +720,7 @@ def bench_case(cfg: Config, P: Prepared, wrt: str, kind: str) -> dict:
                 if fn is not None and getattr(fn, "first_s", 0.0) > cfg.budget_s:
                     row[f"{tool}_s"] = fn.first_s  # slow: one call is the measurement
                 elif fn is not None:
-                    row[f"{tool}_s"] = best_time(fn, repeat=cfg.repeat, warmup=0, budget_s=cfg.budget_s,
-                                                 reduce=min)
+                    row[f"{tool}_s"] = steady_time(fn, repeat=cfg.repeat, budget_s=cfg.budget_s)
         except Exception as error:
             row[f"{tool}_s"] = ""
             row["competitor_note"] = (row.get("competitor_note", "") + f"; {tool}: {type(error).__name__}: "

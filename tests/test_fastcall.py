@@ -291,3 +291,161 @@ def test_the_shared_plan_holds_no_per_call_arrays(spmv):
     assert plan1 is plan2 and "arrays" not in plan1
     np.testing.assert_allclose(plan1["kernel"].run(arrays1), A1 @ x1)
     np.testing.assert_allclose(plan2["kernel"].run(arrays2), A2 @ x2)
+
+
+# -- the per-call floor: inputs the kernel does not read, the derivative's own repeat, the memory guard --
+
+def test_an_input_the_derivative_does_not_read_is_pinned_by_shape_and_object():
+    """d/dlam of the ridge loss never reads A or y: a repeated call does not convert or checksum
+    them (their contents cannot change the answer), but another shape, dtype or object takes the
+    full path, with the errors of a first call."""
+    rng = np.random.default_rng(21)
+    A, x, y = _matrix(21), rng.standard_normal(5), rng.standard_normal(6)
+    grad = sparsad.grad(RIDGE, wrt="lam")
+    for _ in range(2):
+        assert grad(A=A, x=x, y=y, lam=0.5) == pytest.approx(float(x @ x), rel=1e-13)
+    A.data *= 3.0  # in place: the answer does not depend on A
+    x[0] += 1.0  # read: seen
+    assert grad(A=A, x=x, y=y, lam=0.5) == pytest.approx(float(x @ x), rel=1e-13)
+    wide = _matrix(22, shape=(6, 7))  # another shape: x no longer fits, as on a first call
+    with pytest.raises(SparsadError) as repeated:
+        grad(A=wide, x=x, y=y, lam=0.5)
+    with pytest.raises(SparsadError) as first:
+        sparsad.grad(RIDGE, wrt="lam")(A=wide, x=x, y=y, lam=0.5)
+    assert type(repeated.value) is type(first.value)
+    assert grad(A=A, x=x, y=y, lam=0.5) == pytest.approx(float(x @ x), rel=1e-13)
+    bad = A.copy()  # another object, with an index out of range: validated, as on a first call
+    bad.indices[0] = 99
+    with pytest.raises(SparsadError):
+        grad(A=bad, x=x, y=y, lam=0.5)
+    assert grad(A=A, x=x, y=y.astype(np.float32), lam=0.5) == pytest.approx(float(x @ x), rel=1e-13)
+
+
+def test_repeated_derivative_calls_by_keyword_match_their_first_call():
+    """Every kind repeated by keyword (the derivative's own repeat) gives what a fresh derivative
+    gives, also with the seed first, a dict tangent, keyword orders and the primal value."""
+    rng = np.random.default_rng(22)
+    A, x = _matrix(23, shape=(6, 5)), rng.standard_normal(5)
+    t, ct = rng.standard_normal(5), rng.standard_normal(6)
+    makers = {
+        "jvp": lambda: sparsad.jvp(SPMV, wrt="x"),
+        "jvp tangent only": lambda: sparsad.jvp(SPMV, wrt="x", with_primal=False),
+        "vjp": lambda: sparsad.vjp(SPMV, wrt="x"),
+        "vjp tuple": lambda: sparsad.vjp(SPMV, argnums=(1,)),
+        "vjp dict": lambda: sparsad.vjp(SPMV, wrt=["x"]),
+        "value_and_grad": lambda: sparsad.value_and_grad(RIDGE, wrt="x"),
+        "jacobian": lambda: sparsad.jacobian(SPMV, wrt="x"),
+    }
+    calls = {
+        "jvp": [dict(A=A, x=x, tangent=t), dict(tangent=t, x=x, A=A), dict(A=A, x=x, tangent={"x": t})],
+        "vjp": [dict(A=A, x=x, cotangent=ct), dict(cotangent=ct, A=A, x=x)],
+        "value_and_grad": [dict(A=A, x=x, y=ct, lam=0.25), dict(lam=0.25, A=A, y=ct, x=x)],
+        "jacobian": [dict(A=A, x=x), dict(x=x, A=A)],
+    }
+
+    def same(a, b):
+        if isinstance(a, tuple):
+            assert isinstance(b, tuple) and len(a) == len(b)
+            for p, q in zip(a, b):
+                same(p, q)
+        elif isinstance(a, dict):
+            assert a.keys() == b.keys()
+            for k in a:
+                same(a[k], b[k])
+        else:
+            assert type(a) is type(b)
+            np.testing.assert_allclose(a.toarray() if sp.issparse(a) else a,
+                                       b.toarray() if sp.issparse(b) else b, rtol=1e-13, atol=1e-15)
+
+    for label, make in makers.items():
+        derivative = make()
+        for kwargs in calls[label.split()[0]]:
+            for _ in range(3):  # the first call, then its repeats
+                same(derivative(**dict(kwargs)), make()(**dict(kwargs)))
+
+
+def test_a_repeated_derivative_call_raises_the_errors_of_a_first_call():
+    rng = np.random.default_rng(23)
+    A, x, ct = _matrix(24), rng.standard_normal(5), rng.standard_normal(6)
+    vjp = sparsad.vjp(SPMV, wrt="x")
+    jvp = sparsad.jvp(SPMV, wrt="x", with_primal=False)
+    for _ in range(2):
+        vjp(A=A, x=x, cotangent=ct)
+        jvp(A=A, x=x, tangent=x)
+    seed_name = jvp.seed_names["x"]  # the tangent's internal name is no input of the caller's
+    for derivative, bad in ((vjp, dict(A=A, x=x)), (vjp, dict(A=A, x=x, cotangent=ct, z=1.0)),
+                            (jvp, dict(A=A, x=x, **{seed_name: x})), (jvp, dict(A=A, tangent=x)),
+                            (jvp, {"A": A, "x": x, "tangent": x, seed_name: x})):
+        with pytest.raises(SparsadError):
+            derivative(**bad)
+    np.testing.assert_allclose(jvp(A=A, x=x, tangent=x), A @ x, rtol=1e-13)
+
+
+def test_a_zero_jvp_on_a_repeated_call_keeps_its_shape():
+    A, x = _matrix(25), np.ones(5)
+    jvp = sparsad.jvp(SPMV, wrt="x", with_primal=False)
+    for tangent in (np.ones(5), np.zeros(5), np.zeros(5), np.ones(5)):
+        got = jvp(A=A, x=x, tangent=tangent)
+        assert isinstance(got, np.ndarray) and got.shape == (6,)
+        np.testing.assert_allclose(got, A @ tangent, rtol=1e-13)
+
+
+def test_a_lower_memory_limit_is_enforced_on_a_repeated_call():
+    from sparsad import memory
+    from sparsad.errors import MemoryLimitError
+
+    outer = sparsad.compile("sum(<i, a> in u) sum(<j, b> in v) { i -> { j -> a * b } }", output="dense")
+    u, v = np.ones(300), np.ones(200)
+    for _ in range(2):
+        assert outer(u=u, v=v).shape == (300, 200)
+    try:
+        memory.set_memory_limit(100_000)  # below the 480 kB result
+        with pytest.raises(MemoryLimitError):
+            outer(u=u, v=v)
+    finally:
+        memory.set_memory_limit(None)
+    assert outer(u=u, v=v).shape == (300, 200)
+
+
+def test_repeats_that_skip_the_kernel_input_checks_still_see_new_index_dtypes_and_stored_tensors(spmv):
+    """Repeats after the first pass the kernel the arrays they checked the first time (their dtype,
+    shape and layout pinned): an index array swapped for another dtype, or a StoredTensor's arrays
+    replaced or reshaped, are prepared (or refused) again."""
+    from sparsad.formats import as_format
+
+    rng = np.random.default_rng(26)
+    A, x = _matrix(26), rng.standard_normal(5)
+    for _ in range(3):
+        np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)
+    A.indices = A.indices.astype(np.int64)  # another object and dtype: converted again
+    A.indptr = A.indptr.astype(np.int64)
+    for _ in range(2):
+        np.testing.assert_allclose(spmv(A=A, x=x), A @ x, rtol=1e-13)
+    stored = as_format(A, "csr", name="A")
+    for _ in range(3):
+        np.testing.assert_allclose(spmv(A=stored, x=x), A @ x, rtol=1e-13)
+    values = stored.values
+    values.shape = (values.size, 1)  # the caller's own array, reshaped in place
+    with pytest.raises(SparsadError):
+        spmv(A=stored, x=x)
+    values.shape = (values.size,)
+    np.testing.assert_allclose(spmv(A=stored, x=x), A @ x, rtol=1e-13)
+
+
+def test_repeated_positional_derivative_calls_match_a_fresh_derivative_and_raise_its_errors():
+    rng = np.random.default_rng(27)
+    A, x, y = _matrix(27), rng.standard_normal(5), rng.standard_normal(6)
+    vjp = sparsad.vjp(SPMV, wrt="x")
+    grad = sparsad.grad(RIDGE, wrt="lam")
+    for _ in range(3):
+        np.testing.assert_allclose(vjp(A, x, cotangent=y), A.T @ y, rtol=1e-13)
+        np.testing.assert_allclose(vjp(A, cotangent=y, x=x), A.T @ y, rtol=1e-13)
+        assert grad(A, 0.5, x, y) == pytest.approx(float(x @ x), rel=1e-13)
+    for bad in ((A, x, x), (A, "x"), (A,)):  # too many, a string, a missing input: a first call's errors
+        with pytest.raises(SparsadError) as repeated:
+            vjp(*bad, cotangent=y)
+        with pytest.raises(SparsadError) as first:
+            sparsad.vjp(SPMV, wrt="x")(*bad, cotangent=y)
+        assert type(repeated.value) is type(first.value)
+    with pytest.raises(SparsadError):
+        vjp(A, x, x=x, cotangent=y)  # x twice

@@ -137,6 +137,11 @@ class CompiledProgram(Program):
                                                tensor.physical_arrays(name))
         return memo
 
+    @staticmethod
+    def _same_pattern(a: StoredTensor, b: StoredTensor) -> bool:
+        """`_same_pattern`, for fastcall (which cannot import this module at its top)."""
+        return _same_pattern(a, b)
+
     def _reordered(self, name: str, value: Any, tensor: StoredTensor) -> dict[str, Any]:
         """The physical arrays of input `name` in row order (`_row_order`): converted once per
         unchanged input (the conversion cache fingerprints the user's object: index arrays
@@ -282,13 +287,10 @@ class CompiledProgram(Program):
     def call(self, inputs: dict[str, Any], out_format: str = "natural") -> Any:
         """`__call__` on a dict of inputs by name. A call like the last compiled one (same names
         in the same order, same kinds, shapes and dtypes) skips the plan lookup (`fastcall`)."""
-        repeat = self._repeat
-        if repeat is not None and out_format == "natural":
-            arrays = repeat.arrays(self, inputs)
-            if arrays is not MISS:
-                result = self._run_repeat(repeat, inputs, arrays)
-                if result is not MISS:
-                    return result
+        if out_format == "natural" and self._repeat is not None:
+            result = self.repeat(inputs)
+            if result is not MISS:
+                return result
         check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
         plan, arrays = self._planned(inputs)
@@ -320,20 +322,35 @@ class CompiledProgram(Program):
         return value if out_format == "value" else \
             natural_result(to_natural(value, plan["result_type"], out_format), inputs, asked)
 
-    def _run_repeat(self, repeat: "RepeatCall", inputs: Mapping[str, Any], arrays: dict) -> Any:
-        """The kernel of the recorded plan on `arrays` (fastcall); MISS when it no longer runs compiled."""
+    def repeat(self, inputs: Mapping[str, Any]) -> Any:
+        """`call(inputs)` when the inputs match the last compiled call (`fastcall.RepeatCall`): the
+        result in the natural format; else MISS (nothing was run, and the full path must be taken)."""
+        repeat = self._repeat
+        if repeat is None:
+            return MISS
+        found = repeat.arrays(self, inputs)
+        if found is MISS:
+            return MISS
+        arrays, prepared = found
         plan = repeat.plan
         kernel = plan["kernel"]
         if kernel is None:
             self._repeat = None
             return MISS
-        self._check_keys(plan, inputs)
+        if plan["key_checks"]:
+            self._check_keys(plan, inputs)
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
         self._last = plan
         try:
-            result = kernel.run(arrays)
+            if prepared:  # as `prepare` returned them on the first repeat (fastcall.RepeatCall.settle)
+                prepared = arrays
+            else:
+                prepared = kernel.prepare(arrays)
+                if repeat.dtype is None:
+                    repeat.settle(self, kernel, arrays, prepared)
+            result = kernel.run_prepared(prepared, dtype=repeat.dtype)
         except UnsupportedError:  # the full path reports it (and runs the plan interpreted)
             self._repeat = None
             return MISS
@@ -443,14 +460,17 @@ def _shared_patterns(stored: Mapping[str, StoredTensor]) -> tuple[tuple[str, str
 
 
 def _same_pattern(a: StoredTensor, b: StoredTensor) -> bool:
+    from sparsad.codegen.reuse import same_contents
+
     if a.format is not b.format and a.format != b.format or a.shape != b.shape:
         return False
+    values = a.values
     for field, x in a.fields.items():
-        y = b.fields[field]
-        if x is a.values or x is y:
+        y = b[field]
+        if x is values or x is y:
             continue
         if isinstance(x, np.ndarray):
-            if not (isinstance(y, np.ndarray) and x.shape == y.shape and np.array_equal(x, y)):
+            if not (isinstance(y, np.ndarray) and x.shape == y.shape and same_contents(x, y)):
                 return False
         elif x != y:
             return False

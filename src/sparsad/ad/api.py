@@ -11,13 +11,14 @@ from typing import Any, Iterable, Mapping
 from sparsad.ad.forward import forward, tangent_name, tensorized
 from sparsad.ad.guess import guess_types
 from sparsad.ad.reverse import reverse
-from sparsad.errors import (InputError, OptionError, ProgramTypeError, ShapeError, UnsupportedError, check_option,
-                            did_you_mean)
+from sparsad.errors import (InputError, OptionError, ProgramTypeError, ShapeError, SparsadError, UnsupportedError,
+                            check_option, did_you_mean)
 from sparsad.lang import values as V
 from sparsad.lang.build import lookups, over_levels, singletons
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
+from sparsad.fastcall import MISS as _REPEAT_MISS
 from sparsad.formats.natural import natural_result
 from sparsad.formats.pattern import on_pattern
 from sparsad.formats.tensor import StoredTensor
@@ -167,6 +168,8 @@ class Derivative(Program):
         self._cache: dict[tuple, dict[str, Expr]] = {}
         self._compiled: dict[str, Any] = {}
         self._compiled_primal = None
+        # per wrt: (the compiled plan of the last call, the result's type and shape under it)
+        self._layouts: dict[str, tuple] = {}
 
     # Program interface
     @property
@@ -294,6 +297,16 @@ class Derivative(Program):
     def __call__(self, *args: Any, out_format: str = "natural", **inputs: Any) -> Any:
         """Run on the primal's inputs (by position in `inputs` order, or by keyword), plus
         `tangent=` (jvp) or `cotangent=` (vjp); see the class docstring for what comes back."""
+        if out_format == "natural":
+            bound: dict | None = inputs
+            if args:  # bound as the full path binds them (its errors are its own: raised there)
+                try:
+                    bound = bind_inputs(self.primal.inputs, args, dict(inputs), f"this {self.kind}")
+                except SparsadError:
+                    bound = None
+            result = self._repeat_call(bound) if bound is not None else _MISSING
+            if result is not _MISSING:
+                return result
         check_option(out_format, OUT_FORMATS, "out_format")
         seeds = self._take_seeds(inputs)
         inputs = bind_inputs(self.primal.inputs, args, inputs, f"this {self.kind}")
@@ -311,6 +324,57 @@ class Derivative(Program):
             derivative = tuple(results[w] for w in self.wrt)
         else:
             derivative = results
+        if self.with_value:
+            return self._primal_value(inputs, "natural"), derivative
+        return derivative
+
+    def _repeat_call(self, inputs: dict[str, Any]) -> Any:
+        """A call like the last compiled one (inputs bound by name), of one wrt input: the compiled program's
+        repeated call (`CompiledProgram.repeat`) on the inputs and the seed under its internal name,
+        then what `__call__` does to its result; _MISSING when it does not apply (nothing was run,
+        `inputs` is as given). The inputs' names are checked by the repeat: the same names, in the
+        same order, as the last call, which passed every check of the full path."""
+        if self.interpret:
+            return _MISSING
+        repeatable = self.__dict__.get("_repeatable")
+        if repeatable is None:  # one wrt, no user-named seed, compiled: fixed when the derivative is made
+            single = len(self.wrt) == 1 and self.seed_name is None and \
+                not (self.mode == "forward" and self.kind in ("grad", "jacobian"))
+            seed_name = self.seed_names[self.wrt[0]] if single and self.seed_names else None
+            repeatable = self._repeatable = (self.wrt[0], SEED_KEYWORDS.get(self.kind), seed_name) if single else ()
+        if not repeatable:
+            return _MISSING
+        wrt, keyword, seed_name = repeatable
+        compiled = self._compiled.get(wrt)
+        if compiled is None or compiled._repeat is None:
+            return _MISSING
+        if keyword is not None:
+            seed = inputs.get(keyword, _MISSING)
+            # a dict of directions by name is unpacked by the full path; a name already taken
+            # by the caller is theirs (an unexpected input the full path reports)
+            if seed is _MISSING or type(seed) is dict or (seed_name != keyword and seed_name in inputs):
+                return _MISSING
+            del inputs[keyword]
+            inputs[seed_name] = seed  # last, as on the full path
+        try:
+            result = compiled.repeat(inputs)
+        except ProgramTypeError:  # the full path reports it or falls back
+            result = _REPEAT_MISS
+        if result is _REPEAT_MISS:
+            if keyword is not None:
+                inputs[keyword] = inputs.pop(seed_name)
+            return _MISSING
+        if self.kind != "jvp":  # as the full path: on an order-3+ sparse input's entries
+            result = self._on_pattern(result, wrt, inputs)
+        shaped = self._shaped_zero(result, wrt, inputs, "natural", compiled._last)
+        if shaped is not result:
+            shaped = natural_result(shaped, inputs, "natural")
+        if self.kind == "jvp":
+            if not self.with_value:
+                return shaped
+            primal = {name: value for name, value in inputs.items() if name != seed_name}
+            return self._primal_value(primal, "natural"), shaped
+        derivative = shaped if self.returns == "single" else (shaped,) if self.returns == "tuple" else {wrt: shaped}
         if self.with_value:
             return self._primal_value(inputs, "natural"), derivative
         return derivative
@@ -375,10 +439,11 @@ class Derivative(Program):
                     call_inputs = dict(primal_inputs)
                     if self.seed_names:
                         call_inputs[self.seed_names[w]] = inputs[self.seed_names[w]]
-                    raw = self._compiled_for(w).call(call_inputs, out_format)
+                    compiled = self._compiled_for(w)
+                    raw = compiled.call(call_inputs, out_format)
                     if out_format == "natural" and self.kind != "jvp":
                         raw = self._on_pattern(raw, w, inputs)
-                    shaped = self._shaped_zero(raw, w, inputs, out_format)
+                    shaped = self._shaped_zero(raw, w, inputs, out_format, compiled._last)
                     # the compiled call returned `raw` in the kind of these same inputs already
                     same = shaped is raw and len(call_inputs) == len(inputs)
                     results[w] = shaped if same else natural_result(shaped, inputs, out_format)
@@ -428,15 +493,30 @@ class Derivative(Program):
         warnings.warn(f"sparsad: {self.kind} of `{_short(self.primal.text())}` runs in the interpreter, not "
                       f"as a compiled kernel: {_short(why, 300)}", FallbackWarning, stacklevel=4)
 
-    def _shaped_zero(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str) -> Any:
+    def _shaped_zero(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str,
+                     plan: dict | None = None) -> Any:
         """A gradient or vjp that is identically zero comes back as the zero of wrt's type: zeros
-        of its shape (dense) or on its pattern (sparse), the type a non-zero one has, not 0.0."""
+        of its shape (dense) or on its pattern (sparse), the type a non-zero one has, not 0.0.
+        `plan`: the compiled plan that made `result` (it fixes the input types, so the result's
+        type and shape are worked out once per plan, not per call)."""
         if out_format == "value":
             return result
         if self.kind in ("jvp", "jacobian"):
             if self.kind == "jacobian" and getattr(result, "shape", None) == getattr(inputs.get(wrt), "shape", 0):
                 return result  # a scalar program's Jacobian, already shaped like wrt (no pass over it)
-            return self._zero_output(result, wrt, inputs, out_format) if _is_zero(result) else result
+            # only a zero result of another shape than its type's is replaced: a result without a
+            # full shape to take, or with that shape already, needs no pass over its values
+            layout = self._output_layout(wrt, inputs, plan, quiet=True)
+            if layout is not None and (layout[1] is None or getattr(result, "shape", None) == layout[1]):
+                return result
+            if not _is_zero(result):
+                return result
+            full, shape = layout or self._output_layout(wrt, inputs, None)  # (its type errors, if any)
+            if shape is None or getattr(result, "shape", None) == shape:
+                return result
+            if out_format == "natural":
+                out_format = "csr" if len(shape) == 2 else "natural"
+            return to_natural({}, full, out_format)
         value = inputs.get(wrt)
         shape = getattr(value, "shape", None)  # the cheap test first: this runs on every call
         if shape is None or len(shape) == 0 or getattr(result, "shape", None) == shape or not _is_zero(result):
@@ -455,21 +535,33 @@ class Derivative(Program):
             out_format = "csr" if len(shape) == 2 else "natural"
         return to_natural(zeros, wrt_type, out_format)
 
-    def _zero_output(self, result: Any, wrt: str, inputs: Mapping[str, Any], out_format: str) -> Any:
-        """A zero jvp (the output's type) or Jacobian (output ⊗ wrt) with the shape its types give."""
+    def _output_layout(self, wrt: str, inputs: Mapping[str, Any], plan: dict | None,
+                       quiet: bool = False) -> tuple[Type, tuple | None] | None:
+        """(type, shape) of a jvp (the output's type) or Jacobian (output ⊗ wrt); the shape is None
+        unless every extent is known and the type is a tensor of that order (a zero result is then
+        reshaped to it). Remembered for the last compiled plan of each wrt: the plan fixes every
+        input's type, hence these. `quiet`: None instead of an error when the types do not infer."""
+        remembered = self._layouts.get(wrt)
+        if remembered is not None and plan is not None and remembered[0] is plan:
+            return remembered[1]
         names = self.primal._input_names()
         types = {name: value_type(value) for name, value in inputs.items() if name in names}
         types.update(self.declared)
-        out = self.output_type(types)
-        full = out if self.kind == "jvp" else _tensor_product_type(out, types[wrt])
-        shape = extents(full)
-        order = tensor_order(_real_leaves(full))
-        if not order or len(shape) != order or any(e is None for e in shape) or \
-                getattr(result, "shape", None) == tuple(shape):
-            return result
-        if out_format == "natural":
-            out_format = "csr" if order == 2 else "natural"
-        return to_natural({}, full, out_format)
+        try:
+            out = self.output_type(types)
+            full = out if self.kind == "jvp" else _tensor_product_type(out, types[wrt])
+            shape = extents(full)
+            order = tensor_order(_real_leaves(full))
+        except Exception:  # noqa: BLE001 - raised again where the shape is needed (a zero result)
+            if not quiet:
+                raise
+            layout = None
+        else:
+            known = bool(order) and len(shape) == order and all(e is not None for e in shape)
+            layout = (full, tuple(shape) if known else None)
+        if plan is not None:
+            self._layouts[wrt] = (plan, layout)
+        return layout
 
     def _natural_format(self, wrt: str, inputs: Mapping[str, Any], result_type: Type) -> str:
         """The output type the compiled derivative gives, decided by types and formats, never by

@@ -23,6 +23,7 @@ import re
 import sys
 import tempfile
 import threading
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -519,6 +520,20 @@ class Kernel:
         self._parameter_kinds = [(p, n, _array_kind(self.input_types.get(n)), self.input_types.get(n))
                                  for p, n in self._external.items()]
         self._external_names = frozenset(self._external.values())
+        # fixed per kernel, used on every call: whether the result goes to append buffers, and the
+        # workspaces that are the rows of a grid (their next workspace holds its columns)
+        self._appends = plan.kind in ("coo", "workspace")
+        self._grid_slots = tuple(k for k, c in enumerate(self._workspaces)
+                                 if c.kind == "grid" and k + 1 < len(self._workspaces)
+                                 and self._workspaces[k + 1].name == f"{c.name}__cols")
+        # the last buffer sizes the memory guard let through quietly, and their bytes (see run)
+        self._quiet_sizes: tuple = (None, 0.0)
+        # a result that is a number or one dense array, with no workspaces: the call has nothing to
+        # decide (`_run_simple`); the kernel's parameters gathered by one C call
+        # (a dense-kind plan with a result_format, such as full rows returned as CSR, is not simple)
+        simple = plan.kind == "scalar" or (plan.kind == "dense" and plan.result_format is None)
+        self._simple = plan.kind if simple and not self._workspaces else None
+        self._gather = _gatherer(tuple(loops.params))
 
     @property
     def output(self) -> str:
@@ -580,46 +595,85 @@ class Kernel:
         validate=False skips the index-range checks (not the dtype checks): only for inputs
         that already passed them unchanged, e.g. in a benchmark loop. An out-of-range index
         then reads or writes outside an array."""
-        prepared = self.prepare(inputs)
+        return self.run_prepared(self.prepare(inputs), validate)
+
+    def run_prepared(self, prepared: Mapping[str, Any], validate: bool = True, dtype: np.dtype | None = None):
+        """`run` on inputs as `prepare` returns them (by parameter name). `dtype`: the result's
+        dtype when the caller knows it already (`_dtype` of these inputs: it depends on their
+        dtypes only, e.g. fixed per signature of a repeated call)."""
         loops, plan = self.loops, self.plan
         # every check of the call in one straight-line function (codegen.guard); when it does not
         # vouch for the inputs, the node-by-node path below raises the FormatError naming them
         passed = self._checked(prepared) if validate else None
+        if passed is not None and self._simple is not None:
+            return self._run_simple(prepared, passed, dtype)
         if passed is not None:  # the guard lists workspace sizes in self._workspaces' order
             workspace_sizes, extents, indptr = passed
         else:
             sizes, extents, indptr = self._check_slowly(prepared, validate)
             workspace_sizes = [sizes[c.name] for c in self._workspaces]
-        dtype = self._dtype(prepared)
+        if dtype is None:
+            dtype = self._dtype(prepared)
         # first guess: the stored values of the inputs; then what the last call needed
         capacity = 16
-        if plan.kind in ("coo", "workspace"):
+        if self._appends:
             capacity = max(16, self._capacity_hint, sum(int(v.shape[0]) for v in prepared.values()
                                                         if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
-        args = [prepared[n] for n in loops.params] + workspace_sizes
-        grids = [(workspace_sizes[k], workspace_sizes[k + 1]) for k, c in enumerate(self._workspaces)
-                 if c.kind == "grid" and k + 1 < len(self._workspaces)
-                 and self._workspaces[k + 1].name == f"{c.name}__cols"] if self._workspaces else ()
+        args = [prepared[n] for n in loops.params]
+        if workspace_sizes:
+            args += workspace_sizes
+        grids = [(workspace_sizes[k], workspace_sizes[k + 1]) for k in self._grid_slots] if self._grid_slots else ()
         try:
             while True:  # each larger buffer passes the memory guard first: the growth is bounded
-                _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes, grids)
+                # sizes the guard let through quietly last time pass again while the limits allow them
+                # (set_memory_limit may have lowered them since): one comparison, not the byte counts
+                sizes = (extents, workspace_sizes, capacity, dtype)
+                quiet = self._quiet_sizes
+                if quiet[0] != sizes or (quiet[1] and quiet[1] > min(warn_threshold(), memory_limit())):
+                    nbytes = _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes, grids)
+                    if nbytes <= min(warn_threshold(), memory_limit()):
+                        self._quiet_sizes = (sizes, nbytes)
                 out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared)
                 raw = self.function(*args, *out_args)
-                if not O.overflowed(plan, raw):
+                if not self._appends or not O.overflowed(plan, raw):
                     break
                 capacity *= 4  # the append buffers were full: rerun with more room
-            if plan.kind in ("coo", "workspace"):
+            if self._appends:
                 self._capacity_hint = max(self._capacity_hint, int(raw[0]))
-        except IndexError as error:
-            raise FormatError(f"{error}; the output extents are {extents} (pass shape=... or fix "
-                              f"the index arrays)") from None
         except Exception as error:
-            import numba
-
-            if isinstance(error, numba.core.errors.NumbaError):  # typing, lowering: it cannot compile
-                raise UnsupportedError(f"Numba could not compile the kernel: {error}") from None
-            raise
+            ours = _kernel_error(error, extents)
+            if ours is error:
+                raise
+            raise ours from None
         return O.finish(plan, loops.depth, loops.leaf, raw, out_args, extents, prepared, indptr=indptr)
+
+    def _run_simple(self, prepared: Mapping[str, Any], passed: tuple, dtype: np.dtype | None):
+        """`run_prepared` after the guard passed, for a result that is a number or one dense array
+        and no workspaces: the same steps (memory guard, `outputs.output_arguments`, the kernel,
+        `outputs.finish`) written out for those two kinds, with nothing to decide per call."""
+        args = self._gather(prepared)
+        function = self._function if self._function is not None else self.function
+        extents = passed[1]
+        try:
+            if self._simple == "scalar":  # no buffer to allocate; finish: the number as int or float
+                raw = function(*args)
+                return int(raw) if self.loops.leaf == "int" else float(raw)
+            if dtype is None:
+                dtype = self._dtype(prepared)
+            sizes = (extents, passed[0], 16, dtype)  # the key `run_prepared` uses
+            quiet = self._quiet_sizes
+            if quiet[0] != sizes or quiet[1] > min(warn_threshold(), memory_limit()):
+                nbytes = _guard_memory(self.plan, self.loops.depth, extents, dtype, 16, passed[0])
+                if nbytes <= min(warn_threshold(), memory_limit()):
+                    self._quiet_sizes = (sizes, nbytes)
+            out = np.zeros(tuple(extents), dtype=dtype)  # output_arguments and finish of a dense result
+            function(*args, out)
+            return out
+        except Exception as error:
+            ours = _kernel_error(error, extents)
+            if ours is error:
+                raise
+            raise ours from None
 
     def _checked(self, prepared):
         """(workspace sizes, extents, pattern indptr) when every check passes, else None."""
@@ -693,11 +747,35 @@ class Kernel:
 _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
+def _gatherer(names: tuple[str, ...]):
+    """A function from a mapping to the tuple of its values at `names` (operator.itemgetter, which
+    returns a bare value for one name)."""
+    if len(names) > 1:
+        return itemgetter(*names)
+    if names:
+        name = names[0]
+        return lambda mapping: (mapping[name],)
+    return lambda mapping: ()
+
+
+def _kernel_error(error: Exception, extents) -> Exception:
+    """What a failed kernel call raises: an index outside the output is the caller's FormatError;
+    a Numba typing or lowering error means the kernel cannot compile (UnsupportedError)."""
+    if isinstance(error, IndexError):
+        return FormatError(f"{error}; the output extents are {extents} (pass shape=... or fix the index arrays)")
+    import numba
+
+    if isinstance(error, numba.core.errors.NumbaError):  # typing, lowering: it cannot compile
+        return UnsupportedError(f"Numba could not compile the kernel: {error}")
+    return error
+
+
 def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
-                  workspace_sizes, grids=()) -> None:
-    """Size the output buffers and workspaces of one kernel call before allocating them."""
+                  workspace_sizes, grids=()) -> float:
+    """Size the output buffers and workspaces of one kernel call before allocating them; returns
+    the bytes it checked (0.0 when there is nothing to allocate)."""
     if not workspace_sizes and plan.kind not in ("dense", "coo", "workspace"):
-        return  # nothing to allocate beyond a number (the common case of a small kernel: per-call cost)
+        return 0.0  # nothing to allocate beyond a number (the common case of a small kernel: per-call cost)
     itemsize = dtype.itemsize if isinstance(dtype, np.dtype) else np.dtype(dtype).itemsize
     workspaces = 16.0 * sum(float(n) for n in workspace_sizes if isinstance(n, (int, np.integer)))
     workspaces += 9.0 * sum(float(rows) * float(cols) for rows, cols in grids)  # values and marks
@@ -710,14 +788,17 @@ def _guard_memory(plan: O.OutputPlan, depth: int, extents, dtype, capacity: int,
             check_allocation(nbytes, f"the dense result ({shape}, {np.dtype(dtype).name})",
                              "compile with output='coo' or a sparse out_format, or solve a smaller problem",
                              stacklevel=5)
-    elif plan.kind in ("coo", "workspace"):
+        return nbytes
+    if plan.kind in ("coo", "workspace"):
         nbytes = capacity * (depth * 8.0 + itemsize) + workspaces
         if nbytes > quiet:
             check_allocation(nbytes, f"the result buffers ({capacity} entries)", "the result has that many "
                              "stored entries: restrict the program's output or solve a smaller problem",
                              stacklevel=5)
-    elif workspaces > quiet:
+        return nbytes
+    if workspaces > quiet:
         check_allocation(workspaces, "the kernel's workspaces", "solve a smaller problem", stacklevel=5)
+    return workspaces
 
 
 def _array_kind(t: Type | None):

