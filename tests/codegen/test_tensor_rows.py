@@ -72,3 +72,20 @@ def test_large_results_choose_the_row_workspace_and_equal_the_interpreter():
     dense_expected = expected.to_numpy() if isinstance(expected, StoredTensor) else np.asarray(expected)
     assert np.allclose(got.to_numpy(), dense_expected, rtol=1e-12, atol=1e-14)
     assert got.nnz == inputs["A"].nnz * 8 * 8  # each entry once: (i, o, j, f) for A_ij stored
+
+
+def test_the_row_workspace_is_sized_by_the_memory_guard_before_it_is_allocated():
+    from sparsad import memory
+    from sparsad.errors import DensifyWarning, MemoryLimitError
+
+    # one stored entry, but a row workspace of 1 x 3000 x 3000 cells (153 MB): refused, not allocated
+    A = sp.csr_matrix(([1.0], ([0], [0])), shape=(3000, 3000))
+    X = np.ones((3000, 1))
+    derivative = sparsad.jacobian(PRODUCT, wrt="A").compiled(output="workspace")
+    memory.set_memory_limit("64MB", warn="1MB")
+    try:
+        with pytest.raises(MemoryLimitError, match="row workspace"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DensifyWarning)
+            derivative(A=A, X=X)
+    finally:
+        memory.set_memory_limit(None)

@@ -85,11 +85,8 @@ def finish(raw, arguments: tuple, extents):
 
     count = int(raw[0])
     columns, values = raw[1][:count], raw[2][:count]
-    row_nnz = arguments[2]
     shape = tuple(int(e) for e in extents)
-    rows = np.repeat(np.arange(shape[0], dtype=np.int64), row_nnz)
-    coordinates = [rows, *(c.astype(np.int64, copy=False)
-                           for c in np.unravel_index(columns, [max(n, 1) for n in shape[1:]]))]
+    coordinates = _decoder()(columns, arguments[2], np.array([max(n, 1) for n in shape], np.int64))
     # the COO levels of entries in order, each once (what build_levels would find after checking)
     fmt = coo(len(shape))
     fields: dict = {fmt.levels[0].count: count}
@@ -97,6 +94,34 @@ def finish(raw, arguments: tuple, extents):
         fields[level.crd] = coordinate
     fields[fmt.values] = np.array(values, copy=True)  # not a view that keeps the larger buffer alive
     return StoredTensor._trusted(fmt, shape, fields)
+
+
+_DECODE = None
+
+
+def _decoder():
+    """`decode(columns, row_nnz, extents)`: the coordinates (order x count) of the appended
+    entries, row by row (one pass in Numba; compiled on first use, cached on disk)."""
+    global _DECODE
+    if _DECODE is None:
+        from numba import njit
+
+        def decode(columns, row_nnz, extents):
+            order = len(extents)
+            out = np.empty((order, len(columns)), np.int64)
+            e = 0
+            for row in range(len(row_nnz)):
+                for _ in range(row_nnz[row]):
+                    out[0, e] = row
+                    rest = columns[e]
+                    for mode in range(order - 1, 0, -1):
+                        out[mode, e] = rest % extents[mode]
+                        rest //= extents[mode]
+                    e += 1
+            return out
+
+        _DECODE = njit(cache=True, nogil=True)(decode)
+    return _DECODE
 
 
 __all__ = ["ROW_CELLS_LIMIT", "tensor_row_loop", "fits", "params", "linear_column", "arguments", "finish"]
