@@ -74,6 +74,10 @@ def arguments(extents, dtype, capacity: int) -> tuple:
     if nbytes > min(warn_threshold(), memory_limit()):
         check_allocation(nbytes, f"the row workspace of the result ({cells} cells)",
                          "solve a smaller problem", stacklevel=6)
+    # room for every entry up to what the guard lets pass quietly (pages never written are never
+    # touched): a rerun of the whole kernel per 4x growth of the buffers cost as much as the run
+    quiet_entries = int(min(warn_threshold(), memory_limit()) // (8 + np.dtype(dtype).itemsize))
+    capacity = max(int(capacity), min(int(extents[0]) * cells, quiet_entries))
     return (np.empty(capacity, np.int64), np.empty(capacity, dtype), np.zeros(int(extents[0]), np.int64),
             cells, *(int(e) for e in extents[1:]))
 
