@@ -88,3 +88,24 @@ def test_a_copy_under_a_binder_that_rebinds_what_the_dictionary_reads_is_not_rep
     for shadowing in (f"let y = 1 in b * {row}(j)", f"let <z, y> = <1, 1> in b * {row}(j)"):
         program = parse(f"let y = 0 in sum(<j, a> in r) a * {row}(j) + (sum(<k, b> in r) {shadowing})")
         assert values_equal(evaluate(hoist_invariant_dictionaries(program), inputs), evaluate(program, inputs))
+
+
+def test_an_inner_loop_over_a_built_dictionary_is_built_once_per_outer_entry():
+    # the sum over the columns c of V does not change `t` (a difference of dictionaries, as a
+    # softmax tangent): t is built once per entry of r, not once per entry and column
+    program = parse("sum(<i, r> in S) sum(<j, a> in r) sum(<c, v> in V(j)) "
+                    "sum(<k, w> in (sum(<q, b> in r) { q -> a * b }) - (sum(<q, b> in T(i)) { q -> b })) "
+                    "{ i -> { c -> { k -> v * w } } }")
+    hoisted = hoist_invariant_dictionaries(program)
+    inner = hoisted.body.body  # inside the loop over r: the let binding t, then the loop over V(j)
+    assert isinstance(inner, Let) and isinstance(inner.body, Sum) and inner.body.source == parse("V(j)")
+    inputs = {"S": {0: {1: 2.0, 3: 1.0}, 2: {0: 5.0, 1: -1.0}}, "T": {0: {1: 7.0, 2: 4.0}, 2: {1: 1.0}},
+              "V": {0: {0: 1.0, 1: 2.0}, 1: {1: -3.0}, 3: {0: 0.5}}}
+    assert values_equal(evaluate(hoisted, inputs), evaluate(program, inputs))
+
+
+def test_sources_iterated_in_place_are_not_hoisted():
+    # a row, a range and a sum with unique keys are fused where they are used: nothing to build
+    for source in ("T(i)", "(0:n)", "sum(<q, b> in T(i)) { unique(q) -> b }"):
+        program = parse(f"sum(<j, a> in r) sum(<k, w> in {source}) a * w")
+        assert hoist_invariant_dictionaries(program) == program

@@ -37,7 +37,9 @@ Cost model for ``output="auto"`` (decided once, at compile time, from what is kn
   rows), else ``coo`` assembled to CSR (O(writes + rows + cols) plus a sort per row);
 - order 3 and above: when every extent is known from the types, ``dense`` if the dense size is
   at most ``DENSE_AUTO_LIMIT`` entries, else ``coo`` assembled into a COO `StoredTensor`
-  (duplicates summed); when an extent is unknown, ``dict``.
+  (duplicates summed), or, when one outermost loop fixes the first key, a row workspace over
+  the other keys (`codegen.tensor_rows`: each entry written once, in order); when an extent is
+  unknown, ``dict``.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparsad.codegen import tensor_rows
 from sparsad.codegen.ir import (OUTPUT, Accumulate, Assign, For, ForItems, IfThen, Load,
                                 LoopProgram, Num, Op, Ref, accumulates)
 from sparsad.codegen import pattern_outputs as PO
@@ -276,7 +279,12 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
         if not all(n is not None for n in sizes[:depth]):
             return OutputPlan("dict")
         small = float(np.prod([n for n in sizes[:depth]], dtype=np.float64)) <= DENSE_AUTO_LIMIT
-        return OutputPlan("dense") if small else OutputPlan("coo", "tensor")
+        if small:
+            return OutputPlan("dense")
+        first_keys = tensor_rows.tensor_row_loop(program)  # one row at a time: no duplicates appended
+        if first_keys is not None and tensor_rows.fits(sizes, depth):
+            return OutputPlan("workspace", tensor_rows.TENSOR, first_keys.var)
+        return OutputPlan("coo", "tensor")
     if requested == "scalar":
         raise UnsupportedError(f"output='scalar' but the program returns a dictionary of depth {depth}")
     if requested == "dense":
@@ -286,6 +294,12 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
         return OutputPlan("dense")
     if requested == "dict":
         return OutputPlan("dict")
+    if depth > 2 and requested == "workspace":
+        first_keys = tensor_rows.tensor_row_loop(program)
+        if first_keys is None or not all(extent_known):
+            raise UnsupportedError("output='workspace' for a result of order 3 or more needs every extent "
+                                   "and one outermost loop fixing the first key; use output='dict'")
+        return OutputPlan("workspace", tensor_rows.TENSOR, first_keys.var)
     if depth != 2:
         raise UnsupportedError(f"output={requested!r} makes a scipy.sparse matrix, but the result has "
                                f"{depth} modes; use output='dense' or 'dict'")
@@ -319,7 +333,8 @@ def output_params(plan: OutputPlan, depth: int) -> tuple[str, ...]:
     if plan.kind == "coo":
         return (*(f"out_k{d}" for d in range(depth)), "out_v")
     if plan.kind == "workspace":
-        return ("out_idx", "out_v", "row_nnz", "w_size")
+        more = tensor_rows.params(depth) if plan.result_format == tensor_rows.TENSOR else ()
+        return ("out_idx", "out_v", "row_nnz", "w_size", *more)
     if plan.kind in ("pattern", "entries"):
         return ("out_v",)
     return ()
@@ -392,6 +407,9 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
     if kind == "workspace":
         column = keys[1]
         lines = []
+        if plan.result_format == tensor_rows.TENSOR:  # the slot of keys 1.. (every key range checked)
+            lines.append(f"_wc = {tensor_rows.linear_column(keys[1:])}")
+            column = "_wc"
         if guarded[1]:
             lines += [f"if not (0 <= {column} < w_size):",
                       "    raise IndexError('sparsad: a column of the result lies outside its shape')"]
@@ -472,6 +490,8 @@ def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dt
         return (np.zeros(tuple(extents), dtype=dtype),)
     if plan.kind == "coo":
         return (*(np.empty(capacity, np.int64) for _ in range(depth)), np.empty(capacity, dtype))
+    if plan.kind == "workspace" and plan.result_format == tensor_rows.TENSOR:
+        return tensor_rows.arguments(extents, dtype, capacity)
     if plan.kind == "workspace":
         return (np.empty(capacity, np.int64), np.empty(capacity, dtype),
                 np.zeros(extents[0], np.int64), int(extents[1]))
@@ -554,6 +574,8 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         indptr, indices, data = coo_to_csr(count, rows, cols, values, nrows, ncols)
         make = sp.csc_matrix if transpose else sp.csr_matrix
         return make((data, indices, indptr), shape=shape)
+    if plan.kind == "workspace" and plan.result_format == tensor_rows.TENSOR:
+        return tensor_rows.finish(raw, arguments, extents)
     if plan.kind == "workspace":
         count, indices, values = int(raw[0]), raw[1], raw[2]
         row_nnz = arguments[2]

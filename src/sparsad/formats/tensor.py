@@ -253,48 +253,54 @@ def scatter_dense(coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...]
 def build_levels(fmt: Format, shape: tuple[int, ...], coords: np.ndarray, values: np.ndarray,
                  index_dtype=np.int64) -> dict[str, Any]:
     """The fields of `fmt` holding `values` at in-range `coords` (order x n); duplicates add up."""
-    storage = coords[list(fmt.mode_order)].astype(np.int64, copy=False)
-    count = storage.shape[1]
-    if count:
-        permutation = np.lexsort(storage[::-1])
-        storage, values = storage[:, permutation], values[permutation]
-        first = np.ones(count, dtype=bool)
-        first[1:] = np.any(storage[:, 1:] != storage[:, :-1], axis=0)
-        if not first.all():
-            starts = np.flatnonzero(first)
-            values = np.add.reduceat(values, starts)
-            storage = storage[:, starts]
-            count = len(starts)
+    from sparsad.formats.assemble import sort_and_sum
+
+    # one int64 key per entry, sorted once (not a lexicographic sort of every mode: formats.assemble)
+    storage, values = sort_and_sum([coords[m] for m in fmt.mode_order],
+                                   [shape[m] for m in fmt.mode_order], values)
+    count = len(values)
     fields: dict[str, Any] = {}
-    parent = np.zeros(count, dtype=np.int64)
+    # parent[e]: the position of entry e's parent in the level above; None while it is e itself
+    # (below a level that keeps every entry, as COO's: no array, no check)
+    parent: np.ndarray | None = np.zeros(count, dtype=np.int64)
     parent_count = 1
     for depth, level in enumerate(fmt.levels):
         coordinate = storage[depth]
         extent = int(shape[fmt.mode_order[depth]])
         if isinstance(level, Dense):
             fields[level.size] = extent
-            parent = parent * extent + coordinate
+            parent = (np.arange(count, dtype=np.int64) if parent is None else parent) * extent + coordinate
             parent_count *= extent
         elif isinstance(level, Compressed):
-            new = np.ones(count, dtype=bool)
-            if level.unique and count:
+            new = None  # every entry starts a position of this level
+            if level.unique and count and parent is not None:
+                new = np.ones(count, dtype=bool)
                 new[1:] = (parent[1:] != parent[:-1]) | (coordinate[1:] != coordinate[:-1])
+                if new.all():
+                    new = None
+            kept = count if new is None else int(new.sum())
             if depth == 0:
-                fields[level.count] = int(new.sum())
+                fields[level.count] = kept
+            elif parent is None:
+                fields[level.pos] = np.arange(count + 1, dtype=index_dtype)
             else:
-                per_parent = np.bincount(parent[new], minlength=parent_count)
+                per_parent = np.bincount(parent if new is None else parent[new], minlength=parent_count)
                 fields[level.pos] = np.concatenate(([0], np.cumsum(per_parent))).astype(index_dtype)
-            fields[level.crd] = coordinate[new].astype(index_dtype)
-            parent = np.cumsum(new) - 1
-            parent_count = int(new.sum())
+            fields[level.crd] = (coordinate if new is None else coordinate[new]).astype(index_dtype)
+            parent = None if new is None else np.cumsum(new) - 1
+            parent_count = kept
         else:
-            if parent_count != count or (count and np.any(np.diff(parent) != 1)):
+            if parent is not None and (parent_count != count or (count and np.any(np.diff(parent) != 1))):
                 raise FormatError(f"format {fmt.name!r} cannot hold this tensor: its singleton level "
                                   f"{depth} allows one entry per parent position, but some parent "
                                   f"has several; put a non-unique compressed level above it (as COO)")
+            parent = None
             fields[level.crd] = coordinate.astype(index_dtype)
-    stored = np.zeros(parent_count, dtype=values.dtype)
-    stored[parent] = values
+    if parent is None:  # one stored value per entry, in order (a copy: values may view a larger buffer)
+        stored = np.array(values, copy=True)
+    else:
+        stored = np.zeros(parent_count, dtype=values.dtype)
+        stored[parent] = values
     fields[fmt.values] = stored
     return fields
 

@@ -1,13 +1,18 @@
-"""Loop-invariant dictionaries leave their loops: built once, then looked up.
+"""Loop-invariant dictionaries leave their loops: built once, then looked up or iterated.
 
     sum(<k, v> in S) ... G(e) ...   ~>   let d = G in sum(<k, v> in S) ... d(e) ...
+    sum(<k, v> in S) ... sum(<a, b> in G) ...   ~>   let d = G in sum(<k, v> in S) ... sum(<a, b> in d) ...
 
 when G is a dictionary built by a sum (a row of a second sparse operand, an intermediate vector)
 that reads neither k, v nor anything bound inside the loop. Without this, a lookup `W(i)(j)` into
 a second CSR operand at the keys of the first rebuilds (or scans) W's row once per entry of the
 first row: O(nnz_i^2) per row. Hoisted, code generation scatters the row once into a workspace
 (O(nnz_i)) and each lookup is O(1): the per-call index of a Gustavson-style co-iteration.
-Dictionaries under an `if` stay where they are (hoisting would evaluate them unconditionally).
+An inner loop's source is hoisted when iterating it builds a dictionary anyway (a sum or
+difference of dictionaries, as a Jacobian's tangent of a softmax row: built once per entry of
+the row instead of once per entry times the columns of the loop around it); sources iterated
+in place (fused) stay. Dictionaries under an `if` stay where they are (hoisting would evaluate
+them unconditionally).
 
 >>> from sparsad.lang.parse import parse
 >>> from sparsad.lang.printer import to_text
@@ -22,7 +27,8 @@ from typing import Mapping
 
 from sparsad.lang.names import Fresh, all_names
 from sparsad.lang.rebuild import map_children
-from sparsad.lang.syntax import Expr, If, Let, LetTuple, Lookup, Sum, Var, free_vars
+from sparsad.lang.syntax import (Binary, Expr, If, Let, LetTuple, Lookup, Neg, Singleton, Sum,
+                                 Unique, Var, free_vars)
 from sparsad.lang.types import Type
 
 
@@ -38,7 +44,10 @@ def _candidates(body: Expr, inner: frozenset[str], found: list) -> None:
             _candidates(c, inner, found)  # the branches run conditionally: nothing leaves them
             return
         case Sum(key=k, val=v, source=s, body=b):
-            _candidates(s, inner, found)
+            if _built(s) and not (set(free_vars(s)) & inner):
+                found.append(s)  # an inner loop over a dictionary built anew at every iteration
+            else:
+                _candidates(s, inner, found)
             _candidates(b, inner | {k, v}, found)
             return
         case Let(name=n, value=v, body=b):
@@ -51,6 +60,23 @@ def _candidates(body: Expr, inner: frozenset[str], found: list) -> None:
             _candidates(b, inner | set(ns), found)
             return
     map_children(body, lambda child: _candidates(child, inner, found) or child)
+
+
+def _built(source: Expr) -> bool:
+    """Whether iterating `source` builds a dictionary first (code generation fills a container
+    for it at each evaluation): a sum, difference or scaling of dictionaries, or a sum whose
+    entries may repeat keys. Names, ranges, sub-arrays, rows and sums producing each key once
+    are iterated where they are (fused): hoisting them would build what costs nothing now."""
+    while isinstance(source, Unique):
+        source = source.operand
+    if isinstance(source, (Binary, Neg)):
+        return True
+    if isinstance(source, Sum):
+        body = source.body
+        while isinstance(body, Let):
+            body = body.body
+        return not (isinstance(body, Singleton) and isinstance(body.key, Unique))
+    return False
 
 
 def _replace(expr: Expr, target: Expr, name: str, reads: frozenset[str]) -> Expr:

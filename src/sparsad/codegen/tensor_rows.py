@@ -1,0 +1,131 @@
+"""A result of order 3 or more accumulated one outer row at a time (the row workspace, n-d).
+
+A matrix-by-matrix Jacobian `{i -> {d -> {j -> {k -> ...}}}}` written inside the loop over the
+rows i of a sparse input gets the same entry (d, j, k) from every entry of row i (a softmax
+normaliser, a GCN row sum): appended as coordinates, the kernel wrote six times the result's
+entries (100 M for 17 M on a mesh of 65 k entries) and the assembly sorted them all. Here
+the entries of one row i are added into a dense workspace over the linear index of (d, j, k)
+(one slot per cell, marked when first touched, as the CSR workspace does for one column
+index), and at the end of the row the touched slots are sorted and appended: the kernel
+writes each entry once, in order, and the COO tensor is made without sorting anything.
+
+Used for "auto" results whose extents are known at compile time, whose writes all sit in one
+top-level loop that fixes the first key, and whose workspace (the product of the other
+extents) holds at most ROW_CELLS_LIMIT cells; the workspace is sized by the memory guard
+before it is allocated (sparsad.memory).
+
+>>> linear_column(["j", "k", "l"])
+'(((j)) * w_e2 + (k)) * w_e3 + (l)'
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sparsad.codegen.ir import OUTPUT, For, LoopProgram, Ref, accumulates
+
+ROW_CELLS_LIMIT = 1 << 25  # cells of one row's workspace: 17 bytes each (value, mark, key)
+TENSOR = "tensor"
+
+
+def tensor_row_loop(program: LoopProgram) -> For | None:
+    """The top-level loop fixing the first key of every write of an order >= 3 result, when every
+    key's range is known before the kernel runs (the workspace is indexed without checks)."""
+    if program.depth < 3:
+        return None
+    loops = [s for s in program.body if any(True for _ in accumulates((s,)))]
+    if len(loops) != 1 or not isinstance(loops[0], For):
+        return None
+    loop = loops[0]
+    writes = [w for w in accumulates(loop.body) if w.target == OUTPUT]
+    if not writes or any(w.keys[0] != Ref(loop.var) for w in writes):
+        return None
+    if any(iv is None for w in writes for iv in w.key_ivs):
+        return None
+    return loop
+
+
+def fits(static_sizes, depth: int) -> bool:
+    """Whether the extents are known at compile time and a row's workspace is small enough."""
+    sizes = list(static_sizes)[:depth]
+    if len(sizes) < depth or any(n is None for n in sizes):
+        return False
+    return float(np.prod([max(int(n), 1) for n in sizes[1:]], dtype=np.float64)) <= ROW_CELLS_LIMIT
+
+
+def params(depth: int) -> tuple[str, ...]:
+    """The extents of modes 1.. (the workspace's linear index is made from them)."""
+    return tuple(f"w_e{d}" for d in range(1, depth))
+
+
+def linear_column(keys: list[str]) -> str:
+    """The workspace slot of keys (modes 1..) in row-major order of their extents."""
+    code = f"({keys[0]})"
+    for d, key in enumerate(keys[1:], start=2):
+        code = f"({code}) * w_e{d} + ({key})"
+    return code
+
+
+def arguments(extents, dtype, capacity: int) -> tuple:
+    """The output arguments of one call: buffers, the per-row counts, the workspace size, extents."""
+    from sparsad.memory import check_allocation, memory_limit, warn_threshold
+
+    cells = int(np.prod([int(e) for e in extents[1:]], dtype=np.int64))
+    nbytes = 17.0 * cells
+    if nbytes > min(warn_threshold(), memory_limit()):
+        check_allocation(nbytes, f"the row workspace of the result ({cells} cells)",
+                         "solve a smaller problem", stacklevel=6)
+    # room for every entry up to what the guard lets pass quietly (pages never written are never
+    # touched): a rerun of the whole kernel per 4x growth of the buffers cost as much as the run
+    quiet_entries = int(min(warn_threshold(), memory_limit()) // (8 + np.dtype(dtype).itemsize))
+    capacity = max(int(capacity), min(int(extents[0]) * cells, quiet_entries))
+    return (np.empty(capacity, np.int64), np.empty(capacity, dtype), np.zeros(int(extents[0]), np.int64),
+            cells, *(int(e) for e in extents[1:]))
+
+
+def finish(raw, arguments: tuple, extents):
+    """The COO StoredTensor of the rows the kernel appended (sorted, unique: nothing to sort)."""
+    from sparsad.formats.format import coo
+    from sparsad.formats.tensor import StoredTensor
+
+    count = int(raw[0])
+    columns, values = raw[1][:count], raw[2][:count]
+    shape = tuple(int(e) for e in extents)
+    coordinates = _decoder()(columns, arguments[2], np.array([max(n, 1) for n in shape], np.int64))
+    # the COO levels of entries in order, each once (what build_levels would find after checking)
+    fmt = coo(len(shape))
+    fields: dict = {fmt.levels[0].count: count}
+    for level, coordinate in zip(fmt.levels, coordinates):
+        fields[level.crd] = coordinate
+    fields[fmt.values] = np.array(values, copy=True)  # not a view that keeps the larger buffer alive
+    return StoredTensor._trusted(fmt, shape, fields)
+
+
+_DECODE = None
+
+
+def _decoder():
+    """`decode(columns, row_nnz, extents)`: the coordinates (order x count) of the appended
+    entries, row by row (one pass in Numba; compiled on first use, cached on disk)."""
+    global _DECODE
+    if _DECODE is None:
+        from numba import njit
+
+        def decode(columns, row_nnz, extents):
+            order = len(extents)
+            out = np.empty((order, len(columns)), np.int64)
+            e = 0
+            for row in range(len(row_nnz)):
+                for _ in range(row_nnz[row]):
+                    out[0, e] = row
+                    rest = columns[e]
+                    for mode in range(order - 1, 0, -1):
+                        out[mode, e] = rest % extents[mode]
+                        rest //= extents[mode]
+                    e += 1
+            return out
+
+        _DECODE = njit(cache=True, nogil=True)(decode)
+    return _DECODE
+
+
+__all__ = ["ROW_CELLS_LIMIT", "tensor_row_loop", "fits", "params", "linear_column", "arguments", "finish"]
