@@ -108,3 +108,30 @@ def test_reverse_plan_of_a_symmetric_pattern_reuses_the_column_colouring():
     assert row_colours is colours
     rows = np.asarray(pattern.rows)
     np.testing.assert_array_equal(gather, colours[rows] * 9 + pattern.indices)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 12), n=st.integers(1, 12), density=st.floats(0.0, 0.7), seed=st.integers(0, 2**31),
+       wide=st.booleans())
+def test_column_plan_reads_every_entry_from_the_compressed_jvps(m, n, density, seed, wide):
+    """Columns sharing a row get different colours, and the gather reads entry (i, j) off the
+    product with its column colour's seed: J S at (colour(j), i), for int32 and int64 patterns."""
+    from sparsad.ops.colouring import compression_plan
+
+    rng = np.random.default_rng(seed)
+    mask = rng.random((m, n)) < density
+    matrix = sp.csr_matrix(mask.astype(float))
+    matrix.sort_indices()
+    dtype = np.int64 if wide else np.int32
+    pattern = CSRPattern(matrix.indptr.astype(dtype), matrix.indices.astype(dtype), matrix.shape)
+    colours, gather = compression_plan(pattern, "jacobian")
+    assert colours.shape == (n,)
+    for i in range(m):
+        columns = np.flatnonzero(mask[i])
+        assert len(set(colours[columns].tolist())) == len(columns)
+    values = rng.standard_normal(pattern.nnz)
+    dense = sp.csr_matrix((values, pattern.indices, pattern.indptr), shape=(m, n)).toarray()
+    n_colours = int(colours.max()) + 1 if n else 0
+    seeds = (colours[:, None] == np.arange(n_colours)[None, :]).astype(float)  # (n, colours)
+    np.testing.assert_array_equal((dense @ seeds).T.reshape(-1)[gather], values)
+    assert compression_plan(pattern, "distance1")[1] is gather  # the same plan under both names

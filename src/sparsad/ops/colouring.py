@@ -131,19 +131,54 @@ def _star_sources(indptr, indices, rows, colour, n_colours):  # pragma: no cover
     return source_row, source_colour
 
 
+@njit(cache=True, nogil=True)
+def _entry_positions(indptr, indices, colour, by_row, width):  # pragma: no cover - compiled
+    """For each stored entry (i, j), its flat position in the compressed products laid out as
+    (colours, width): colour(j) * width + i (by_row False: column colours, products of m rows) or
+    colour(i) * width + j (by_row True: row colours, products of n columns). One pass, no COO."""
+    positions = np.empty(indices.shape[0], dtype=np.int64)
+    for i in range(indptr.shape[0] - 1):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if by_row:
+                positions[p] = colour[i] * width + j
+            else:
+                positions[p] = colour[j] * width + i
+    return positions
+
+
 def _int64(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(a, dtype=np.int64) for a in arrays)
 
 
+def _by_column(pattern: CSRPattern) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of the pattern stored by column (the rows of each column), by one
+    counting sort (SciPy's csr_tocsc, O(nnz)); kept on the pattern with its colourings."""
+    cache = pattern.__dict__.setdefault("_compression_plans", {})
+    if "_by_column" not in cache:
+        import scipy.sparse
+
+        structure = scipy.sparse.csr_matrix((np.ones(pattern.nnz, dtype=np.int8), pattern.indices, pattern.indptr),
+                                            shape=pattern.shape)
+        by_column = structure.tocsc()
+        # row pointers int64, indices in the pattern's own dtype: two compiled variants, no copy of indices
+        cache["_by_column"] = (by_column.indptr.astype(np.int64), by_column.indices.astype(pattern.indices.dtype))
+    return cache["_by_column"]
+
+
+def _by_row(pattern: CSRPattern) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(pattern.indptr, dtype=np.int64), pattern.indices
+
+
 def colour_columns(pattern: CSRPattern) -> np.ndarray:
     """A colour per column such that no two columns of one colour share a row (greedy, natural order)."""
-    import scipy.sparse
+    return _greedy_colouring(*_by_row(pattern), *_by_column(pattern), pattern.shape[1])
 
-    structure = scipy.sparse.csr_matrix((np.ones(pattern.nnz, dtype=np.int8), pattern.indices, pattern.indptr),
-                                        shape=pattern.shape)
-    by_column = structure.tocsc()  # counting sort, O(nnz): the rows of each column
-    return _greedy_colouring(*_int64(pattern.indptr, pattern.indices, by_column.indptr, by_column.indices),
-                             pattern.shape[1])
+
+def colour_rows(pattern: CSRPattern) -> np.ndarray:
+    """A colour per row such that no two rows of one colour share a column (greedy, natural order):
+    the column colouring of the transpose, read off the pattern stored by column."""
+    return _greedy_colouring(*_by_column(pattern), *_by_row(pattern), pattern.shape[0])
 
 
 def symmetric_pattern(pattern: CSRPattern) -> CSRPattern:
@@ -194,23 +229,26 @@ def compression_plan(pattern: CSRPattern, kind: str = "jacobian") -> tuple[np.nd
     (a colour per ROW such that rows sharing a column differ, for compressed vector-Jacobian
     products laid out as (colours, columns): entry (i, j) at colour(i) * columns + j). Kept on
     the pattern: a pattern reused for new points is coloured once."""
+    if kind not in ("jacobian", "distance1", "star", "reverse"):
+        raise InputError(f"unknown colouring {kind!r}; use 'star', 'distance1', 'jacobian' or 'reverse'")
     cache = pattern.__dict__.setdefault("_compression_plans", {})
-    if kind == "reverse" and kind not in cache:
-        transposed = pattern.transpose[0]
-        if np.array_equal(transposed.indptr, pattern.indptr) and np.array_equal(transposed.indices, pattern.indices):
-            row_colours = compression_plan(pattern, "jacobian")[0]  # symmetric structure: the same graph
-        else:
-            row_colours = colour_columns(transposed)
-        cache[kind] = (row_colours, row_colours[np.asarray(pattern.rows, dtype=np.int64)] * pattern.shape[1]
-                       + np.asarray(pattern.indices, dtype=np.int64))
+    if kind == "distance1":
+        kind = "jacobian"  # the same colouring and layout
     if kind not in cache:
-        if kind in ("jacobian", "distance1"):
+        if kind == "reverse":
+            t_indptr, t_indices = _by_column(pattern)
+            indptr, indices = _by_row(pattern)
+            symmetric = (pattern.shape[0] == pattern.shape[1] and np.array_equal(t_indptr, indptr)
+                         and np.array_equal(t_indices, indices))
+            # a structurally symmetric pattern: rows and columns have the same intersection graph
+            colours = compression_plan(pattern, "jacobian")[0] if symmetric else colour_rows(pattern)
+            gather = _entry_positions(indptr, indices, colours, True, pattern.shape[1])
+        elif kind == "jacobian":
             colours = colour_columns(pattern)
-            source_row, source_colour = np.asarray(pattern.rows, dtype=np.int64), colours[pattern.indices]
-        elif kind == "star":
+            gather = _entry_positions(*_by_row(pattern), colours, False, pattern.shape[0])
+        else:
             colours = star_colouring(pattern)
             source_row, source_colour = star_recovery(pattern, colours)
-        else:
-            raise InputError(f"unknown colouring {kind!r}; use 'star', 'distance1', 'jacobian' or 'reverse'")
-        cache[kind] = (colours, source_colour * pattern.shape[0] + source_row)
+            gather = source_colour * pattern.shape[0] + source_row
+        cache[kind] = (colours, gather)
     return cache[kind]
