@@ -2,6 +2,7 @@
 
 Jacobians use a distance-1 colouring of the column intersection graph (columns sharing a row get
 different colours): one JVP per colour gives every column of that colour, read off directly.
+The colouring is DSATUR's or greedy's in natural order, whichever has fewer colours.
 
 Hessians are symmetric, so fewer products suffice: a *star colouring* of the adjacency graph of
 the pattern (a distance-1 colouring in which every path on four vertices uses at least three
@@ -42,6 +43,66 @@ def _greedy_colouring(indptr, indices, t_indptr, t_indices, n_cols):  # pragma: 
             c += 1
         colour[j] = c
     return colour
+
+
+@njit(cache=True, nogil=True)
+def _saturation_colouring(indptr, indices, t_indptr, t_indices, n_cols):  # pragma: no cover - compiled
+    """Distance-1 colouring of the column intersection graph by DSATUR (Brelaz 1979): the next
+    column is one whose neighbours already show the most distinct colours (ties: the latest to
+    reach that count, then the lowest index), and takes the smallest colour they do not show. The
+    colours of a column's neighbours are kept as a 64-bit set; (colours, False) if 64 do not do.
+    Columns wait in one doubly linked list per saturation, so each step is O(its neighbours)."""
+    colour = np.full(n_cols, -1, dtype=np.int64)
+    seen = np.zeros(n_cols, dtype=np.uint64)  # bit c set: a neighbour has colour c
+    saturation = np.zeros(n_cols, dtype=np.int64)
+    head = np.full(66, -1, dtype=np.int64)
+    following = np.full(n_cols, -1, dtype=np.int64)
+    preceding = np.full(n_cols, -1, dtype=np.int64)
+    for v in range(n_cols - 1, -1, -1):  # saturation 0: every column, lowest index first
+        following[v] = head[0]
+        if head[0] >= 0:
+            preceding[head[0]] = v
+        head[0] = v
+    top = 0
+    for _ in range(n_cols):
+        while head[top] < 0:
+            top -= 1
+        v = head[top]
+        head[top] = following[v]
+        if following[v] >= 0:
+            preceding[following[v]] = -1
+        free = ~seen[v]
+        if free == 0:
+            return colour, False
+        c = 0
+        while (free >> np.uint64(c)) & np.uint64(1) == 0:
+            c += 1
+        colour[v] = c
+        bit = np.uint64(1) << np.uint64(c)
+        for p in range(t_indptr[v], t_indptr[v + 1]):
+            i = t_indices[p]
+            for q in range(indptr[i], indptr[i + 1]):
+                w = indices[q]
+                if colour[w] >= 0 or (seen[w] & bit) != 0:
+                    continue
+                seen[w] |= bit
+                s = saturation[w]
+                if preceding[w] >= 0:  # unlink w from list s, push it on list s + 1
+                    following[preceding[w]] = following[w]
+                else:
+                    head[s] = following[w]
+                if following[w] >= 0:
+                    preceding[following[w]] = preceding[w]
+                s += 1
+                saturation[w] = s
+                preceding[w] = -1
+                following[w] = head[s]
+                if head[s] >= 0:
+                    preceding[head[s]] = w
+                head[s] = w
+                if s > top:
+                    top = s
+    return colour, True
 
 
 @njit(cache=True, nogil=True)
@@ -170,15 +231,26 @@ def _by_row(pattern: CSRPattern) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(pattern.indptr, dtype=np.int64), pattern.indices
 
 
+def _fewer_colours(by_row: tuple, by_column: tuple, n: int) -> np.ndarray:
+    """The better of DSATUR and greedy in natural order (DSATUR is optimal on stencils, e.g. 5
+    colours for the 5-point Laplacian against greedy's 7, and rarely worse; greedy also when more
+    than 64 colours are needed)."""
+    greedy = _greedy_colouring(*by_row, *by_column, n)
+    if n == 0:
+        return greedy
+    saturation, fits = _saturation_colouring(*by_row, *by_column, n)
+    return saturation if fits and saturation.max() <= greedy.max() else greedy
+
+
 def colour_columns(pattern: CSRPattern) -> np.ndarray:
-    """A colour per column such that no two columns of one colour share a row (greedy, natural order)."""
-    return _greedy_colouring(*_by_row(pattern), *_by_column(pattern), pattern.shape[1])
+    """A colour per column such that no two columns of one colour share a row (see `_fewer_colours`)."""
+    return _fewer_colours(_by_row(pattern), _by_column(pattern), pattern.shape[1])
 
 
 def colour_rows(pattern: CSRPattern) -> np.ndarray:
-    """A colour per row such that no two rows of one colour share a column (greedy, natural order):
-    the column colouring of the transpose, read off the pattern stored by column."""
-    return _greedy_colouring(*_by_column(pattern), *_by_row(pattern), pattern.shape[0])
+    """A colour per row such that no two rows of one colour share a column: the column colouring
+    of the transpose, read off the pattern stored by column."""
+    return _fewer_colours(_by_column(pattern), _by_row(pattern), pattern.shape[0])
 
 
 def symmetric_pattern(pattern: CSRPattern) -> CSRPattern:
