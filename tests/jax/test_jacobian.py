@@ -89,3 +89,25 @@ def test_bad_arguments_raise_our_errors():
         jax.jit(lambda v: sj.jacobian(f, v).values)(jnp.ones(9))
     with pytest.raises(InputError, match="colouring must be"):
         sj.hessian(lambda x: jnp.sum(x ** 2), jnp.ones(3), colouring="acyclic")
+
+
+def test_plan_arrays_kept_on_a_pattern_first_used_under_jit_serve_later_calls():
+    """The seeds and gather indices are kept on the pattern; built while tracing under jit, they
+    must still be concrete arrays (no leaked tracer) for calls outside jit, in float64 and
+    float32, and under vmap."""
+    side = 5
+    f = poisson_residual(side)
+    pattern = sj.SparseMatrix.from_scipy(poisson_pattern(side)).pattern
+    u = jnp.asarray(np.random.default_rng(1).standard_normal(side * side))
+    dense = np.asarray(jax.jacfwd(f)(u))
+    first = jax.jit(lambda v: sj.jacobian(f, v, pattern=pattern).to_dense())(u)
+    np.testing.assert_allclose(np.asarray(first), dense, **TOL)
+    np.testing.assert_allclose(np.asarray(sj.jacobian(f, u, pattern=pattern).to_dense()), dense, **TOL)
+    single = sj.jacobian(f, u.astype(jnp.float32), pattern=pattern)
+    assert single.values.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(single.to_dense()), dense, rtol=1e-4, atol=1e-4)
+    batch = jnp.stack([u, 2 * u])
+    stacked = jax.vmap(lambda v: sj.jacobian(f, v, pattern=pattern).values)(batch)
+    for k in range(2):
+        expected = np.asarray(jax.jacfwd(f)(batch[k]))[np.asarray(pattern.rows), np.asarray(pattern.indices)]
+        np.testing.assert_allclose(np.asarray(stacked[k]), expected, **TOL)
