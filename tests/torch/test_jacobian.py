@@ -309,3 +309,30 @@ def test_scalar_operands_mode_keeps_values_and_dtypes():
     for ours, theirs in zip(fast(), (x * 1e40, x + 3, integers * 0.5, integers / 2, integers + 1, x - 2**40)):
         assert ours.dtype == theirs.dtype
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 8), n=st.integers(1, 8), density=st.floats(0.1, 0.8), seed=st.integers(0, 2**31))
+def test_detection_sees_dependencies_whose_derivative_vanishes_at_x(m, n, density, seed):
+    """y_i = sum over the random edges (i, j) of w_ij x_j^2, at an x with zeros: there the dense
+    Jacobian at x misses those edges, the random points near x must not. The detected pattern is
+    then reused at another point (where the edges are nonzero) and must still give jacfwd's answer."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((m, n)) < density
+    rows, cols = (torch.as_tensor(a) for a in np.nonzero(mask))
+    w = torch.as_tensor(rng.uniform(0.5, 2.0, len(rows)))
+
+    def f(x):
+        return torch.zeros(m, dtype=x.dtype).index_add(0, rows, w * x[cols] ** 2)
+
+    x = torch.as_tensor(rng.standard_normal(n))
+    x[torch.as_tensor(rng.random(n) < 0.5)] = 0.0
+    J = sat.jacobian(f, x)
+    detected = np.zeros((m, n), dtype=bool)
+    detected[J.pattern.rows, J.pattern.indices] = True
+    np.testing.assert_array_equal(detected, mask)
+    torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(f)(x), rtol=1e-12, atol=1e-12)
+    y = torch.as_tensor(rng.standard_normal(n))
+    for mode in MODES:
+        torch.testing.assert_close(sat.jacobian(f, y, pattern=J, mode=mode).to_dense(), torch.func.jacfwd(f)(y),
+                                   rtol=1e-12, atol=1e-12)

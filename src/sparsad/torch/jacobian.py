@@ -223,9 +223,10 @@ def _mode(pattern: CSRPattern, mode: str, x: torch.Tensor) -> str:
     """Forward (JVPs, column colours) or reverse (VJPs, row colours): the fewer products. On a tie,
     reverse while the products are small (up to REVERSE_TIE_MAX_ENTRIES): there PyTorch's per-
     operation overhead dominates, and its batched backward pass pays less of it than batched
-    forward mode (Poisson residual, 7 products: 0.26-0.68 ms against 0.67-0.85 ms at n = 256-4096);
-    above, memory traffic dominates, and a backward pass materialises the gradients of views
-    (slices, padding) that forward mode keeps as views (n = 65536: 33 ms against 22 ms). Inside
+    forward mode (Poisson residual, 5 products: 0.21-0.42 ms against 0.36-0.61 ms at n = 256-4096,
+    forward mode with `_ScalarOperands`); above, memory traffic dominates, and a backward pass
+    materialises the gradients of views (slices, padding) that forward mode keeps as views
+    (n = 65536, 7 products: 33 ms against 22 ms). Inside
     torch.func transforms always forward (torch.func.jvp composes with them). Cached on the pattern."""
     if mode in ("forward", "reverse"):
         return mode
