@@ -234,9 +234,11 @@ def _by_row(pattern: CSRPattern) -> tuple[np.ndarray, np.ndarray]:
 def _fewer_colours(by_row: tuple, by_column: tuple, n: int) -> np.ndarray:
     """The better of DSATUR and greedy in natural order (DSATUR is optimal on stencils, e.g. 5
     colours for the 5-point Laplacian against greedy's 7, and rarely worse; greedy also when more
-    than 64 colours are needed)."""
+    than 64 colours are needed). DSATUR is skipped when greedy meets the lower bound, the
+    longest row."""
     greedy = _greedy_colouring(*by_row, *by_column, n)
-    if n == 0:
+    clique = int(np.diff(by_row[0]).max()) if by_row[0].shape[0] > 1 else 0  # a row's columns all differ
+    if n == 0 or greedy.max() + 1 <= clique:  # greedy is optimal already
         return greedy
     saturation, fits = _saturation_colouring(*by_row, *by_column, n)
     return saturation if fits and saturation.max() <= greedy.max() else greedy
