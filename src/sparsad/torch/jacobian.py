@@ -262,7 +262,9 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     `pattern` gives the structural nonzeros (recommended; required for large n); without it the
     pattern is detected from dense Jacobians at x and two random points (guarded by size). Entries
     outside the given pattern are assumed zero: a pattern that misses a nonzero gives a wrong result.
-    Pass the same SparseMatrix or CSRPattern again to reuse its colourings.
+    Pass the same SparseMatrix or CSRPattern again to reuse its colourings. A detected pattern is
+    exact at x; reuse it at other points only when f's sparsity does not depend on x's values (a
+    relu, `where` or branch that is inactive at all three points leaves its entries out).
 
     `mode`: "forward" (JVPs, one per colour of the columns), "reverse" (VJPs, one per colour of the
     rows, after one evaluation of f), or "auto" (default): the one with fewer colours; on a tie
