@@ -309,16 +309,20 @@ def jacobian_table(quick: bool) -> list[dict]:
             leaf = u.detach().requires_grad_(True)
             return torch.autograd.grad(residual(leaf), leaf, tangent)[0]
 
-        contenders = {"ours": lambda: jacobian(residual, u, pattern=structure),
-                      "ours_forward": lambda: jacobian(residual, u, pattern=structure, mode="forward"),
-                      "ours_first": lambda: jacobian(residual, u, pattern=pattern),
-                      "f": lambda: residual(u), "jvp": lambda: torch.func.jvp(residual, (u,), (tangent,)),
-                      "vjp": one_vjp}
+        contenders = {}
         dense_runs = n <= 4096
-        if dense_runs:
+        if dense_runs:  # first in each round, then a call of f that is not reported: the first calls after
+            # dense freed its 100+ MB run slower whatever they are (glibc returned that memory to the OS)
             contenders["dense"] = lambda: torch.func.jacfwd(residual)(u)
             contenders["dense_vectorized"] = lambda: torch.autograd.functional.jacobian(
                 residual, u, vectorize=True, strategy="forward-mode")
+            contenders["settle"] = lambda: residual(u)
+        contenders.update({"ours": lambda: jacobian(residual, u, pattern=structure),
+                           "ours_forward": lambda: jacobian(residual, u, pattern=structure, mode="forward"),
+                           "ours_first": lambda: jacobian(residual, u, pattern=pattern),
+                           "f": lambda: residual(u), "jvp": lambda: torch.func.jvp(residual, (u,), (tangent,)),
+                           "vjp": one_vjp})
+        if dense_runs:
             check = jacobian(residual, u, pattern=structure).to_dense()
             if not torch.allclose(check, torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12):
                 raise AssertionError(f"colouring Jacobian differs from dense jacfwd at n = {n}")
