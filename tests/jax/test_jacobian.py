@@ -89,3 +89,42 @@ def test_bad_arguments_raise_our_errors():
         jax.jit(lambda v: sj.jacobian(f, v).values)(jnp.ones(9))
     with pytest.raises(InputError, match="colouring must be"):
         sj.hessian(lambda x: jnp.sum(x ** 2), jnp.ones(3), colouring="acyclic")
+
+
+def test_plan_arrays_kept_on_a_pattern_first_used_under_jit_serve_later_calls():
+    """The seeds and gather indices are kept on the pattern; built while tracing under jit, they
+    must still be concrete arrays (no leaked tracer) for calls outside jit, in float64 and
+    float32, and under vmap."""
+    side = 5
+    f = poisson_residual(side)
+    pattern = sj.SparseMatrix.from_scipy(poisson_pattern(side)).pattern
+    u = jnp.asarray(np.random.default_rng(1).standard_normal(side * side))
+    dense = np.asarray(jax.jacfwd(f)(u))
+    first = jax.jit(lambda v: sj.jacobian(f, v, pattern=pattern).to_dense())(u)
+    np.testing.assert_allclose(np.asarray(first), dense, **TOL)
+    np.testing.assert_allclose(np.asarray(sj.jacobian(f, u, pattern=pattern).to_dense()), dense, **TOL)
+    single = sj.jacobian(f, u.astype(jnp.float32), pattern=pattern)
+    assert single.values.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(single.to_dense()), dense, rtol=1e-4, atol=1e-4)
+    batch = jnp.stack([u, 2 * u])
+    stacked = jax.vmap(lambda v: sj.jacobian(f, v, pattern=pattern).values)(batch)
+    for k in range(2):
+        expected = np.asarray(jax.jacfwd(f)(batch[k]))[np.asarray(pattern.rows), np.asarray(pattern.indices)]
+        np.testing.assert_allclose(np.asarray(stacked[k]), expected, **TOL)
+
+
+def test_detection_sees_dependencies_whose_derivative_vanishes_at_x():
+    """y = A (x * x) on a random sparse A, at an x with zeros: the dense Jacobian at x misses the
+    columns of the zeros, the random points near x must not; the detected pattern reused at
+    another point gives jax.jacfwd's answer there."""
+    rng = np.random.default_rng(7)
+    A = (rng.random((6, 8)) < 0.4) * rng.uniform(0.5, 2.0, (6, 8))
+    f = lambda x: jnp.asarray(A) @ (x * x)  # noqa: E731
+    x = rng.standard_normal(8)
+    x[[1, 4, 5]] = 0.0
+    J = sj.jacobian(f, jnp.asarray(x))
+    detected = np.zeros(A.shape, dtype=bool)
+    detected[J.pattern.rows, J.pattern.indices] = True
+    np.testing.assert_array_equal(detected, A != 0)
+    y = jnp.asarray(rng.standard_normal(8))
+    np.testing.assert_allclose(np.asarray(sj.jacobian(f, y, pattern=J).to_dense()), np.asarray(jax.jacfwd(f)(y)), **TOL)

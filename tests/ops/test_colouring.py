@@ -108,3 +108,67 @@ def test_reverse_plan_of_a_symmetric_pattern_reuses_the_column_colouring():
     assert row_colours is colours
     rows = np.asarray(pattern.rows)
     np.testing.assert_array_equal(gather, colours[rows] * 9 + pattern.indices)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 12), n=st.integers(1, 12), density=st.floats(0.0, 0.7), seed=st.integers(0, 2**31),
+       wide=st.booleans())
+def test_column_plan_reads_every_entry_from_the_compressed_jvps(m, n, density, seed, wide):
+    """Columns sharing a row get different colours, and the gather reads entry (i, j) off the
+    product with its column colour's seed: J S at (colour(j), i), for int32 and int64 patterns."""
+    from sparsad.ops.colouring import compression_plan
+
+    rng = np.random.default_rng(seed)
+    mask = rng.random((m, n)) < density
+    matrix = sp.csr_matrix(mask.astype(float))
+    matrix.sort_indices()
+    dtype = np.int64 if wide else np.int32
+    pattern = CSRPattern(matrix.indptr.astype(dtype), matrix.indices.astype(dtype), matrix.shape)
+    colours, gather = compression_plan(pattern, "jacobian")
+    assert colours.shape == (n,)
+    for i in range(m):
+        columns = np.flatnonzero(mask[i])
+        assert len(set(colours[columns].tolist())) == len(columns)
+    values = rng.standard_normal(pattern.nnz)
+    dense = sp.csr_matrix((values, pattern.indices, pattern.indptr), shape=(m, n)).toarray()
+    n_colours = int(colours.max()) + 1 if n else 0
+    seeds = (colours[:, None] == np.arange(n_colours)[None, :]).astype(float)  # (n, colours)
+    np.testing.assert_array_equal((dense @ seeds).T.reshape(-1)[gather], values)
+    assert compression_plan(pattern, "distance1")[1] is gather  # the same plan under both names
+
+
+def test_dsatur_finds_five_colours_on_the_five_point_stencil_and_greedy_takes_over_past_64():
+    """The 5-point Laplacian's column intersection graph holds 5-cliques (a row's five columns),
+    so 5 colours are optimal; greedy in natural order needs 7. A row with 70 columns needs 70
+    colours: more than DSATUR's 64-bit colour sets hold, so greedy answers (still valid)."""
+    from sparsad.ops.colouring import colour_rows, compression_plan
+
+    one = sp.diags([np.ones(39), np.ones(40), np.ones(39)], [-1, 0, 1])
+    grid = sp.kronsum(one, one).tocsr()
+    pattern = CSRPattern(grid.indptr, grid.indices, grid.shape)
+    assert colour_columns(pattern).max() + 1 == 5
+    assert compression_plan(pattern, "reverse")[0].max() + 1 == 5
+    wide = sp.csr_matrix(np.vstack([np.ones((1, 70)), np.eye(70)]))
+    wide_pattern = CSRPattern(wide.indptr, wide.indices, wide.shape)
+    colours = colour_columns(wide_pattern)
+    assert sorted(colours.tolist()) == list(range(70))
+    assert colour_rows(CSRPattern(wide.T.tocsr().indptr, wide.T.tocsr().indices, (70, 71))).max() + 1 == 70
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(0, 30), n=st.integers(0, 30), density=st.floats(0.0, 1.0), seed=st.integers(0, 2**31))
+def test_column_and_row_colourings_are_valid_and_no_worse_than_greedy(m, n, density, seed):
+    from sparsad.ops.colouring import _by_column, _by_row, _greedy_colouring, colour_rows
+
+    rng = np.random.default_rng(seed)
+    mask = rng.random((m, n)) < density
+    matrix = sp.csr_matrix(mask.astype(float), shape=(m, n))
+    matrix.sort_indices()
+    pattern = CSRPattern(matrix.indptr, matrix.indices, (m, n))
+    columns, rows = colour_columns(pattern), colour_rows(pattern)
+    for i in range(m):  # columns sharing a row differ
+        assert len(set(columns[mask[i]].tolist())) == mask[i].sum()
+    for j in range(n):  # rows sharing a column differ
+        assert len(set(rows[mask[:, j]].tolist())) == mask[:, j].sum()
+    greedy = _greedy_colouring(*_by_row(pattern), *_by_column(pattern), n)
+    assert (columns.max() if n else -1) <= (greedy.max() if n else -1)

@@ -254,3 +254,85 @@ def test_auto_mode_takes_the_fewer_colours_and_on_ties_reverse_only_for_small_pr
     finally:
         jac.REVERSE_TIE_MAX_ENTRIES = old
     assert jac._mode(small, "forward", x) == "forward"
+
+
+SCALAR_FORMS = [  # every spelling of arithmetic with a Python number, and some that must stay untouched
+    lambda y, c: y * c, lambda y, c: c * y, lambda y, c: y + c, lambda y, c: c + y, lambda y, c: y - c,
+    lambda y, c: c - y, lambda y, c: y / c, lambda y, c: c / (y * y + 1), lambda y, c: torch.mul(y, c),
+    lambda y, c: y.mul(c), lambda y, c: torch.add(y, c, alpha=2), lambda y, c: torch.sub(y, c),
+    lambda y, c: y.div(c), lambda y, c: torch.div(y, c, rounding_mode=None), lambda y, c: torch.true_divide(y, c),
+    lambda y, c: y * np.float64(c), lambda y, c: y * torch.tensor(c, dtype=y.dtype), lambda y, c: y * int(c * 3 + 1),
+    lambda y, c: y * 2**40 / 2**40, lambda y, c: y * True, lambda y, c: y.add(c), lambda y, c: torch.multiply(y, c),
+]
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(2, 10), forms=st.lists(st.integers(0, len(SCALAR_FORMS) - 1), min_size=1, max_size=6),
+       scalars=st.lists(st.floats(-3, 3).filter(lambda c: abs(c) > 0.1), min_size=6, max_size=6),
+       seed=st.integers(0, 2**31))
+def test_forward_mode_with_scalar_operands_matches_jacfwd_and_hessian(n, forms, scalars, seed):
+    """Forward-mode products send tensor-and-number arithmetic to aten's .Scalar overloads (much
+    faster in PyTorch's forward AD): random chains of every spelling of it, on a random coupling
+    x_i with x_perm(i), with integer tensor arithmetic and an in-place update inside, give the
+    Jacobian (every mode, pattern given or detected) and Hessian of dense autograd."""
+    rng = np.random.default_rng(seed)
+    perm = torch.as_tensor(rng.permutation(n))
+
+    def f(x):
+        index = (torch.arange(n) * 2) // 2  # integer arithmetic with numbers: must stay integer
+        y = x[index] * x[perm] + torch.sin(x)
+        for form, c in zip(forms, scalars):
+            y = SCALAR_FORMS[form](y, c)
+        y = y.clone()
+        y *= 0.5
+        return y
+
+    x = torch.as_tensor(rng.standard_normal(n))
+    dense = torch.func.jacfwd(f)(x)
+    mask = np.eye(n, dtype=bool)
+    mask[np.arange(n), perm.numpy()] = True
+    for mode in MODES:
+        for pattern in (sp.csr_matrix(mask.astype(float)), None):
+            torch.testing.assert_close(sat.jacobian(f, x, pattern=pattern, mode=mode).to_dense(), dense,
+                                       rtol=1e-12, atol=1e-12)
+    energy = lambda z: (f(z) ** 2).sum()  # noqa: E731
+    torch.testing.assert_close(sat.hessian(energy, x).to_dense(), torch.func.hessian(energy)(x), rtol=1e-10, atol=1e-10)
+
+
+def test_scalar_operands_mode_keeps_values_and_dtypes():
+    import importlib
+
+    jac = importlib.import_module("sparsad.torch.jacobian")
+    x = torch.tensor([1.0, 2.0], dtype=torch.float32)
+    integers = torch.tensor([1, 2])
+    fast = jac._with_scalar_operands(lambda: (x * 1e40, x + 3, integers * 0.5, integers / 2, integers + 1, x - 2**40))
+    for ours, theirs in zip(fast(), (x * 1e40, x + 3, integers * 0.5, integers / 2, integers + 1, x - 2**40)):
+        assert ours.dtype == theirs.dtype
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 8), n=st.integers(1, 8), density=st.floats(0.1, 0.8), seed=st.integers(0, 2**31))
+def test_detection_sees_dependencies_whose_derivative_vanishes_at_x(m, n, density, seed):
+    """y_i = sum over the random edges (i, j) of w_ij x_j^2, at an x with zeros: there the dense
+    Jacobian at x misses those edges, the random points near x must not. The detected pattern is
+    then reused at another point (where the edges are nonzero) and must still give jacfwd's answer."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((m, n)) < density
+    rows, cols = (torch.as_tensor(a) for a in np.nonzero(mask))
+    w = torch.as_tensor(rng.uniform(0.5, 2.0, len(rows)))
+
+    def f(x):
+        return torch.zeros(m, dtype=x.dtype).index_add(0, rows, w * x[cols] ** 2)
+
+    x = torch.as_tensor(rng.standard_normal(n))
+    x[torch.as_tensor(rng.random(n) < 0.5)] = 0.0
+    J = sat.jacobian(f, x)
+    detected = np.zeros((m, n), dtype=bool)
+    detected[J.pattern.rows, J.pattern.indices] = True
+    np.testing.assert_array_equal(detected, mask)
+    torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(f)(x), rtol=1e-12, atol=1e-12)
+    y = torch.as_tensor(rng.standard_normal(n))
+    for mode in MODES:
+        torch.testing.assert_close(sat.jacobian(f, y, pattern=J, mode=mode).to_dense(), torch.func.jacfwd(f)(y),
+                                   rtol=1e-12, atol=1e-12)

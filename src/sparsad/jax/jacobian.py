@@ -86,16 +86,31 @@ def _check_x(x: Any):
 def _recover(pattern: CSRPattern, kind: str, products: Callable, x) -> SparseMatrix:
     """Colour (once per pattern), compress with one vmapped product per colour, read entries off."""
     import jax
-    import jax.numpy as jnp
 
-    colours, gather = compression_plan(pattern, kind)
-    n_colours = int(colours.max()) + 1
-    seeds = jnp.asarray(colours[None, :] == np.arange(n_colours)[:, None], dtype=x.dtype)
+    seeds, gather = _plan_arrays(pattern, kind, x.dtype)
     stacked = jax.vmap(products)(seeds)
     if stacked.ndim != 2 or stacked.shape[1] != pattern.shape[0]:
         raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
                          f"{pattern.shape[0]} rows; f must return a 1-D array of that length")
     return SparseMatrix(pattern, stacked.reshape(-1)[gather])
+
+
+def _plan_arrays(pattern: CSRPattern, kind: str, dtype) -> tuple:
+    """(seeds (colours, n), gather) as JAX arrays, kept on the pattern per (kind, dtype): a call
+    outside jit would otherwise build and transfer both again (56 + 40 MB for the Poisson residual
+    at n = 10^6). Made concrete even while tracing (ensure_compile_time_eval), so never a tracer."""
+    import jax
+    import jax.numpy as jnp
+
+    cache = pattern.__dict__.setdefault("_jax_plan_arrays", {})
+    key = (kind, np.dtype(dtype).str, jax.config.jax_enable_x64)
+    if key not in cache:
+        colours, gather = compression_plan(pattern, kind)
+        n_colours = int(colours.max()) + 1
+        with jax.ensure_compile_time_eval():
+            cache[key] = (jnp.asarray(colours[None, :] == np.arange(n_colours)[:, None], dtype=dtype),
+                          jnp.asarray(gather))
+    return cache[key]
 
 
 def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
