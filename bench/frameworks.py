@@ -18,6 +18,10 @@ the other jobs (a 3 ms step took 3 to 30 ms of wall time at a load of 20 on two 
 compiled programs (sparsad.compile calls: plan lookup plus kernel) and "bridge ms" the rest of
 the step (autograd Function or JAX primitive, conversions, derivative dispatch); a small random
 graph shows the fixed per-call overhead.
+
+The rows "X W alone (bound: no aggregation)" time the GCN step without its sparse part (X W and
+its backward, the same GEMMs in every implementation): a competitor's time over that one bounds
+what any aggregation kernel could gain over it (printed after the table; not plotted).
 """
 from __future__ import annotations
 
@@ -36,6 +40,9 @@ from examples.frameworks_layers import (ATTENTION_LAYER, GCN_LAYER, GCN_LAYER_ON
                                         jax_row_max_scores, torch_row_max_scores)
 
 ONE_PROGRAM = "gcn, one program"
+#: the GCN step with the aggregation left out (X W and its backward only): no implementation of
+#: the layer can take less, so (competitor's time) / (this time) bounds any speed-up over it
+DENSE_PART = "X W alone in {} (bound: no aggregation)"
 DENSE_LIMIT = 5000  # the dense competitor only below this many nodes (n^2 doubles)
 
 
@@ -119,6 +126,7 @@ def torch_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
         ("gcn", "sparsad.torch (spmm op)"): run(lambda: A @ (X @ W), W),
         ("gcn", "torch.sparse (CSR mm)"): run(lambda: A_csr @ (X @ W), W),
         ("gcn", "index_add_ scatter"): run(scatter_gcn, W),
+        ("gcn", DENSE_PART.format("torch")): run(lambda: X @ W, W),
         (ONE_PROGRAM, "sparsad.torch.compile_program"): run(lambda: gcn_one(A=A, X=X, W=W), W),
         # with each row's largest score subtracted, as the example does (and the scatter code)
         ("attention", "sparsad.torch.compile_program"):
@@ -185,6 +193,7 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
         ("gcn", "sparsad.jax (spmm op)"): timed(lambda W: sj.spmm(A, X @ W), W),
         ("gcn", "jax.experimental.sparse BCOO"): timed(lambda W: bcoo @ (X @ W), W),
         ("gcn", "jax segment_sum scatter"): timed(segment_gcn, W),
+        ("gcn", DENSE_PART.format("jax.numpy")): timed(lambda W: X @ W, W),
         (ONE_PROGRAM, "sparsad.jax.compile_program"): timed(lambda W: gcn_one(A=A, X=X, W=W), W),
         ("attention", "sparsad.jax.compile_program"):
             timed(lambda Q, K, V: attention(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K)), Q, K, V),
@@ -249,6 +258,26 @@ def kernel_split(step, repeat: int) -> tuple[float, float]:
     return best[1], best[0] - best[1]
 
 
+def _is_bound(impl: str) -> bool:
+    return impl.endswith("(bound: no aggregation)")
+
+
+def print_bounds(rows: list[dict]) -> None:
+    """For the GCN layer: the most any implementation of it could gain over each competitor, the
+    competitor's time over the time of the step without the aggregation (X W and its backward,
+    which every implementation runs as the same GEMMs), and how much of that ours reaches."""
+    print("\nGCN: the largest speed-up any aggregation kernel could give over a competitor is its time "
+          "over the step without aggregation (X W alone):")
+    for row in rows:
+        if row["layer"] != "gcn" or not _is_bound(row["impl"]):
+            continue
+        same = [r for r in rows if r["matrix"] == row["matrix"] and r["layer"] == "gcn"
+                and r["framework"] == row["framework"] and not _is_bound(r["impl"])]
+        parts = [f"{r['impl']} <= {r['cpu ms'] / row['cpu ms']:.2f}x (ours: {r['time / ours']:.2f}x)"
+                 for r in same if not r["impl"].endswith("compile_program") and "dense" not in r["impl"]]
+        print(f"  {row['matrix']} ({row['framework']}): X W alone {row['cpu ms']:.3f} ms; " + "; ".join(parts))
+
+
 def plot_ratios(rows: list[dict]):
     """Horizontal bars, one per competitor row: its time over our same-framework time (log
     scale; right of 1: ours faster), grouped by graph and layer; written to frameworks.png."""
@@ -257,7 +286,7 @@ def plot_ratios(rows: list[dict]):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [r for r in rows if not r["impl"].endswith("compile_program")]
+    shown = [r for r in rows if not r["impl"].endswith("compile_program") and not _is_bound(r["impl"])]
     fig, ax = plt.subplots(figsize=(8.0, 0.6 + 0.19 * len(shown)))
     labels = [f"{r['matrix']} {r['layer']}: {r['impl']}" for r in shown]
     ratios = [float(r["time / ours"]) for r in shown]
@@ -321,9 +350,11 @@ def main(quick: bool = False) -> None:
                          "cpu ms": 1e3 * seconds, "time / ours": seconds / times[ours], "load avg": round(load, 1),
                          "kernel ms": 1e3 * split[(layer, impl)][0] if (layer, impl) in split else "",
                          "bridge ms": 1e3 * split[(layer, impl)][1] if (layer, impl) in split else "",
-                         "max |value - ours|": float(np.max(np.abs(values[(layer, impl)] - reference)))})
+                         "max |value - ours|": "" if _is_bound(impl) else
+                         float(np.max(np.abs(values[(layer, impl)] - reference)))})
     print_table(rows, ["matrix", "nnz", "layer", "impl", "cpu ms", "time / ours", "kernel ms", "bridge ms",
                        "max |value - ours|", "load avg"])
+    print_bounds(rows)
     path = write_csv("frameworks", rows)
     plot = plot_ratios(rows)
     print(f"wrote {path} and {plot}")

@@ -15,6 +15,8 @@ compiled loops, and its vjp program recomputes X W (see docs/benchmarks.md for t
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -88,20 +90,38 @@ def torch_model():
     return forward
 
 
+#: the scores q_i . k_j on A's stored pattern (an SDDMM): their maximum per row is M
+SCORES = "sum(<i, r> in A) { i -> sum(<j, a> in r) { j -> sum(<d, q> in Q(i)) q * K(j)(d) } }"
+
+_SCORES: list = []  # the compiled SCORES program (made at first use)
+_PATTERNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # CSRPattern -> StoredTensor
+
+
+def _pattern_input(pattern):
+    """A's pattern (values 1) as a StoredTensor, made and validated once per pattern."""
+    from sparsad.formats import CSR, StoredTensor
+
+    stored = _PATTERNS.get(pattern)
+    if stored is None:
+        stored = _PATTERNS[pattern] = StoredTensor(CSR, pattern.shape, {
+            "len": pattern.shape[0], "pos": pattern.indptr, "idx": pattern.indices, "val": np.ones(pattern.nnz)})
+    return stored
+
+
 def torch_row_max_scores(A, Q, K):
     """Each row's largest q_i . k_j over its stored neighbours j (a constant: no gradient): the
-    scores on A's pattern by torch's SDDMM, then a maximum per row."""
-    import warnings
-
+    scores on A's pattern by the compiled SCORES program on the tensors' NumPy views (about
+    twice as fast as torch.sparse.sampled_addmm here), then torch's maximum per row."""
     import torch
 
-    indptr = torch.as_tensor(A.pattern.indptr.astype(np.int64))
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's sparse CSR support is "beta"
-        pattern = torch.sparse_csr_tensor(indptr, torch.as_tensor(A.pattern.indices.astype(np.int64)),
-                                          torch.ones(A.pattern.nnz, dtype=Q.dtype), size=A.shape)
-        scores = torch.sparse.sampled_addmm(pattern, Q.detach(), K.detach().T, beta=0.0).values()
-        return torch.segment_reduce(scores, "max", offsets=indptr)
+    import sparsad
+
+    if not _SCORES:
+        _SCORES.append(sparsad.compile(SCORES))
+    scores = _SCORES[0](A=_pattern_input(A.pattern), Q=Q.detach().numpy(), K=K.detach().numpy())
+    # the rows of the result's own pattern (A's, unless an entry were not stored)
+    return torch.segment_reduce(torch.from_numpy(scores.data), "max",
+                                offsets=torch.from_numpy(scores.indptr.astype(np.int64)))
 
 
 def torch_dense_model():

@@ -116,3 +116,28 @@ def test_attention_with_scores_of_hundreds_stays_finite_and_matches_dense():
     for g, w in zip(got, expected):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-10)
+
+
+def test_row_max_scores_equal_the_masked_dense_maximum():
+    """The shift M the example subtracts: each row's largest q_i . k_j over its stored entries
+    (by the compiled SDDMM program), on random patterns with an empty row and an explicit zero."""
+    ex = load()
+    import scipy.sparse as sp
+
+    import sparsad.torch as st
+
+    rng = np.random.default_rng(5)
+    for n, density in ((7, 0.4), (30, 0.1), (30, 0.1)):  # the third call reuses the pattern cache
+        a = sp.random(n, n, density=density, random_state=n, format="csr")
+        a = sp.csr_matrix(a + sp.eye(n, format="csr"))
+        a.data[0] = 0.0  # an explicit zero is a stored entry too
+        a = sp.csr_matrix((a.data, a.indices, np.append(a.indptr, a.nnz)), shape=(n + 1, n))  # row n: empty
+        A = st.SparseMatrix.from_scipy(a)
+        Q, K = torch.tensor(rng.standard_normal((n + 1, 3))), torch.tensor(rng.standard_normal((n, 3)))
+        M = ex.torch_row_max_scores(A, Q.requires_grad_(), K)
+        mask = torch.zeros(n + 1, n, dtype=torch.bool)
+        for i in range(n + 1):
+            mask[i, a.indices[a.indptr[i]:a.indptr[i + 1]]] = True
+        dense = (Q.detach() @ K.T).masked_fill(~mask, float("-inf")).max(1).values
+        assert not M.requires_grad
+        torch.testing.assert_close(M[:n], dense[:n], rtol=1e-12, atol=1e-12)

@@ -295,3 +295,35 @@ def test_attention_jvp_is_one_joint_jvp_kernel_matching_dense():
         st.TorchProgram._run_numpy = original
     assert len(runs) == 2, "the primal and one joint jvp kernel"
     _close(got, jvp(dense, args, tangents))
+
+
+def test_a_tensor_left_by_a_finished_transform_keeps_its_gradient():
+    """Outside torch.func the op skips torch's per-call argument binding but, as torch does,
+    unwraps tensors a finished transform left wrapped: here x * y leaked from inside grad, whose
+    gradient w.r.t. the outer x would otherwise be lost (x.grad None)."""
+    leaked = []
+    x = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64, requires_grad=True)
+
+    def loss(y):
+        leaked.append(x * y)
+        return (y * y).sum()
+
+    grad(loss)(torch.full((3,), 3.0, dtype=torch.float64))
+    norm2 = program("sum(<i, a> in v) a * a")
+    out = norm2(v=leaked[0])
+    torch.testing.assert_close(out.detach(), (3.0 * x.detach()).square().sum(), **TOL)
+    out.backward()
+    torch.testing.assert_close(x.grad, 18.0 * x.detach(), **TOL)
+
+
+def test_repeated_calls_reuse_the_input_types_but_not_across_shapes():
+    """Input types are cached per call signature (kinds and shapes): a new shape gets its own."""
+    spmv = program(SPMV, out_format="dense")
+    for n in (3, 5, 3):
+        A = SparseMatrix.from_scipy(sp.random(n, n, density=0.5, random_state=n, format="csr") + sp.eye(n))
+        x = torch.arange(1.0, n + 1, dtype=torch.float64, requires_grad=True)
+        out = spmv(A=A, x=x)
+        dense = torch.tensor(A.to_scipy().toarray())
+        torch.testing.assert_close(out, dense @ x.detach(), **TOL)
+        (g,) = torch.autograd.grad(out.square().sum(), x)
+        torch.testing.assert_close(g, 2.0 * dense.T @ (dense @ x.detach()), **TOL)

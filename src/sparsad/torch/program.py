@@ -64,6 +64,14 @@ class _Call:
     out_pattern: CSRPattern | None = None
     types: dict = field(default_factory=dict)
     shapes: tuple = ()  # of the tensors
+    _key: tuple | None = None
+
+    def key(self) -> tuple:
+        """`signature()` and the tensors' shapes: what the input types and derivative programs
+        depend on (made once per call)."""
+        if self._key is None:
+            self._key = (self.signature(), self.shapes)
+        return self._key
 
     def signature(self) -> tuple:
         """What the input types depend on (names, kinds, shapes; constants' kinds and shapes):
@@ -159,6 +167,27 @@ class _ProgramFunction(torch.autograd.Function):
         return torch.stack(results), 0
 
 
+#: the autograd node's own apply, under torch's Function.apply
+_NODE_APPLY = super(torch.autograd.Function, _ProgramFunction).apply
+
+
+def _apply(call: _Call, tensors) -> torch.Tensor:
+    """`_ProgramFunction.apply(call, *tensors)`. torch's apply binds default arguments through
+    inspect.signature on every call of a Function with setup_context (tens of microseconds;
+    forward has none to bind); outside torch.func transforms and torch.compile tracing this does
+    what it does then: unwrap tensors a finished transform left wrapped, and apply the node."""
+    if torch._C._are_functorch_transforms_active() or torch.compiler.is_compiling():
+        return _ProgramFunction.apply(call, *tensors)
+    return _NODE_APPLY(call, *_unwrap_dead_wrappers(tuple(tensors)))
+
+
+def _unwrap_dead_wrappers(args: tuple) -> tuple:
+    """Tensors left wrapped by a finished torch.func transform, unwrapped (as torch's apply does)."""
+    from torch._functorch.utils import unwrap_dead_wrappers
+
+    return unwrap_dead_wrappers(args)
+
+
 @torch.compiler.disable
 def _run_forward_untraced(call: _Call, tensors) -> torch.Tensor:
     return call.owner._run_forward(call, tensors)
@@ -248,6 +277,7 @@ class TorchProgram:
         self.layout = _Layout(out_format)
         self._compiled = sparsad.compile(self.program, output=_output)  # "dense": a derivative's dense layout
         self._derived: dict[tuple, "TorchProgram"] = {}
+        self._types: dict[tuple, dict] = {}  # call key -> input types (shared: never mutated)
         self._interpret = False
         from sparsad.bridge import fresh_name
 
@@ -299,7 +329,7 @@ class TorchProgram:
                      shapes=tuple(tuple(t.shape) for t in tensors))
         if not tensors:  # nothing to differentiate: run directly
             return self._wrap(call, self._run_forward(call, ()))
-        return self._wrap(call, _ProgramFunction.apply(call, *tensors))
+        return self._wrap(call, _apply(call, tensors))
 
     def _wrap(self, call: _Call, values: torch.Tensor) -> Any:
         if call.out_pattern is not None and call.layout.kind == "natural":
@@ -311,7 +341,15 @@ class TorchProgram:
 
         inputs = call.numpy_inputs(tensors)
         if not call.types:
-            call.types = {n: value_type(v) for n, v in inputs.items()}
+            # the types follow from the call's key (kinds, shapes; constants' kinds and shapes)
+            # unless a constant is a StoredTensor or a dict (its format or keys matter too)
+            key = None if any(isinstance(v, (StoredTensor, dict)) for v in call.constants.values()) else call.key()
+            types = self._types.get(key) if key is not None else None
+            if types is None:
+                types = {n: value_type(v) for n, v in inputs.items()}
+                if key is not None:
+                    self._types[key] = types
+            call.types = types
         result = self._run_numpy(inputs)
         layout = call.layout
         call.out_pattern = None
@@ -358,7 +396,7 @@ class TorchProgram:
         from sparsad.bridge import derivative_expr
 
         seed = self._seed
-        key = (kind, name, dense, call.signature(), call.shapes)  # the same key, the same types
+        key = (kind, name, dense, call.key())  # the same key, the same types
         if key not in self._derived:
             # a derivative that is identically zero (the empty dictionary) is no program to run
             expr = derivative_expr(self.program, kind, name, call.types, seed)
@@ -396,7 +434,7 @@ class TorchProgram:
         from sparsad.ad.joint import joint_vjp_expr
 
         names = tuple(call.names[k] for k in group)
-        key = ("joint-vjp", names, call.signature(), call.shapes)
+        key = ("joint-vjp", names, call.key())
         if key not in self._derived:
             try:
                 expr = joint_vjp_expr(self.program.expr, names, call.types, self._seed)
@@ -430,7 +468,7 @@ class TorchProgram:
         taken = list(self.program.inputs) + [self._seed]
         seeds = tuple(fresh_name(f"{self._seed}{t}", taken) for t in range(len(group)))
         dense = out_pattern is None and len(out_shape) > 0
-        key = ("joint-jvp", names, dense, call.signature(), call.shapes)
+        key = ("joint-jvp", names, dense, call.key())
         if key not in self._derived:
             try:
                 expr = joint_jvp_expr(self.program.expr, dict(zip(names, seeds)), call.types)
