@@ -157,10 +157,11 @@ class CompiledProgram(Program):
         """The plan (optimized program, kernel, stages) for these inputs' formats and types."""
         return self._planned(inputs)[0]
 
-    def _planned(self, inputs: Mapping[str, Any]) -> tuple[dict, dict]:
-        """(plan, what this call runs it on): the kernel's arrays, or the inputs themselves when the
-        optimizer failed. The arrays are returned, not stored in the plan that every call (and
-        thread) shares, so that no call can run on another's arrays."""
+    def _planned(self, inputs: Mapping[str, Any]) -> tuple[dict, dict, dict]:
+        """(plan, what this call runs it on, the stored inputs as `_bound` bound them by name): the
+        kernel's arrays, or the inputs themselves when the optimizer failed. The arrays and bound
+        forms are returned, not stored in the plan that every call (and thread) shares, so that no
+        call can run on (or record) another's arrays."""
         stored, scalars = self.store(inputs)
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
@@ -182,7 +183,7 @@ class CompiledProgram(Program):
         self._check_keys(plan, inputs)
         if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
             self._last = plan
-            return plan, dict(inputs)
+            return plan, dict(inputs), {}
         arrays = dict(scalars)
         reorder = plan["reorder"]
         for b in bound:
@@ -196,7 +197,7 @@ class CompiledProgram(Program):
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
         self._last = plan
-        return plan, arrays
+        return plan, arrays, {b[1][0]: b for b in bound}
 
     def _check_keys(self, plan: dict, inputs: Mapping[str, Any]) -> None:
         """The interpreter's ShapeError when a lookup of the program (for a derivative: of the
@@ -293,7 +294,7 @@ class CompiledProgram(Program):
                 return result
         check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
-        plan, arrays = self._planned(inputs)
+        plan, arrays, bound = self._planned(inputs)
         if plan["kernel"] is not None:
             try:
                 result = plan["kernel"].run(arrays)
@@ -304,7 +305,7 @@ class CompiledProgram(Program):
                 self._fall_back(plan["reason"], "the optimized program", stacklevel=4)
             else:
                 if out_format == "natural":
-                    self._repeat = RepeatCall.record(self, inputs, plan)
+                    self._repeat = RepeatCall.record(self, inputs, plan, bound)
                 return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], arrays)
