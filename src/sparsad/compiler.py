@@ -9,6 +9,7 @@ on runs as written in the interpreter; both with a `FallbackWarning` naming the 
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Mapping
 
@@ -95,6 +96,8 @@ class CompiledProgram(Program):
         self._reordered_arrays: dict[str, tuple] = {}  # see _reordered
         self._formats: list = []
         self._last: dict | None = None
+        # the plan of this thread's last call (`ran_plan`): `_last` may be another thread's meanwhile
+        self._this_thread = threading.local()
         self._repeat = None  # fastcall.RepeatCall: the last compiled call, for calls like it
 
     @property
@@ -182,7 +185,7 @@ class CompiledProgram(Program):
             plan = self._signatures[signature] = self._plans[key]
         self._check_keys(plan, inputs)
         if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
-            self._last = plan
+            self._last = self._this_thread.plan = plan
             return plan, dict(inputs), {}
         arrays = dict(scalars)
         reorder = plan["reorder"]
@@ -196,8 +199,12 @@ class CompiledProgram(Program):
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
-        self._last = plan
+        self._last = self._this_thread.plan = plan
         return plan, arrays, {b[1][0]: b for b in bound}
+
+    def ran_plan(self) -> dict | None:
+        """The plan of the calling thread's last call (what made the result it just got)."""
+        return getattr(self._this_thread, "plan", None)
 
     def _check_keys(self, plan: dict, inputs: Mapping[str, Any]) -> None:
         """The interpreter's ShapeError when a lookup of the program (for a derivative: of the
@@ -343,7 +350,7 @@ class CompiledProgram(Program):
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
-        self._last = plan
+        self._last = self._this_thread.plan = plan
         try:
             if prepared:  # as `prepare` returned them on the first repeat (fastcall.RepeatCall.settle)
                 prepared = arrays
