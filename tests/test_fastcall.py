@@ -286,8 +286,8 @@ def test_the_shared_plan_holds_no_per_call_arrays(spmv):
     so a second call planned before the first one's kernel runs cannot swap them."""
     A1, A2 = _matrix(11), _matrix(12)
     x1, x2 = np.ones(5), np.arange(5.0)
-    plan1, arrays1 = spmv._planned({"A": A1, "x": x1})
-    plan2, arrays2 = spmv._planned({"A": A2, "x": x2})
+    plan1, arrays1, _ = spmv._planned({"A": A1, "x": x1})
+    plan2, arrays2, _ = spmv._planned({"A": A2, "x": x2})
     assert plan1 is plan2 and "arrays" not in plan1
     np.testing.assert_allclose(plan1["kernel"].run(arrays1), A1 @ x1)
     np.testing.assert_allclose(plan2["kernel"].run(arrays2), A2 @ x2)
@@ -449,3 +449,30 @@ def test_repeated_positional_derivative_calls_match_a_fresh_derivative_and_raise
         assert type(repeated.value) is type(first.value)
     with pytest.raises(SparsadError):
         vjp(A, x, x=x, cotangent=y)  # x twice
+
+
+def test_a_call_interleaved_with_another_shape_records_its_own_stored_forms():
+    """Another caller (a thread) may bind its own input of the same name between this call's plan
+    and its record: the record is made from this call's stored forms, so that a later call of the
+    other shape does not take this call's plan (a wrong shape, or a FormatError on valid inputs)."""
+    from unittest import mock
+
+    from sparsad.codegen.numba_backend import Kernel
+
+    row_sums = sparsad.compile("sum(<i, r> in A) { i -> sum(<j, a> in r) a * c }")
+    small, big = _matrix(21, (3, 3)), _matrix(22, (5, 5))
+    run = Kernel.run
+    interleaved = []
+
+    def run_then_interleave(self, arrays, *args, **kwargs):
+        result = run(self, arrays, *args, **kwargs)
+        if not interleaved:  # once: the other caller's whole call between this call's run and record
+            interleaved.append(True)
+            row_sums(A=big, c=2.0)
+        return result
+
+    with mock.patch.object(Kernel, "run", run_then_interleave):
+        first = row_sums(A=small, c=2.0)
+    np.testing.assert_allclose(first, 2.0 * small.sum(axis=1).A1)
+    for A in (big, big, small, small):
+        np.testing.assert_allclose(row_sums(A=A, c=2.0), 2.0 * A.sum(axis=1).A1, rtol=1e-13)

@@ -9,6 +9,7 @@ on runs as written in the interpreter; both with a `FallbackWarning` naming the 
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Mapping
 
@@ -95,6 +96,8 @@ class CompiledProgram(Program):
         self._reordered_arrays: dict[str, tuple] = {}  # see _reordered
         self._formats: list = []
         self._last: dict | None = None
+        # the plan of this thread's last call (`ran_plan`): `_last` may be another thread's meanwhile
+        self._this_thread = threading.local()
         self._repeat = None  # fastcall.RepeatCall: the last compiled call, for calls like it
 
     @property
@@ -157,10 +160,11 @@ class CompiledProgram(Program):
         """The plan (optimized program, kernel, stages) for these inputs' formats and types."""
         return self._planned(inputs)[0]
 
-    def _planned(self, inputs: Mapping[str, Any]) -> tuple[dict, dict]:
-        """(plan, what this call runs it on): the kernel's arrays, or the inputs themselves when the
-        optimizer failed. The arrays are returned, not stored in the plan that every call (and
-        thread) shares, so that no call can run on another's arrays."""
+    def _planned(self, inputs: Mapping[str, Any]) -> tuple[dict, dict, dict]:
+        """(plan, what this call runs it on, the stored inputs as `_bound` bound them by name): the
+        kernel's arrays, or the inputs themselves when the optimizer failed. The arrays and bound
+        forms are returned, not stored in the plan that every call (and thread) shares, so that no
+        call can run on (or record) another's arrays."""
         stored, scalars = self.store(inputs)
         # the plan depends on the inputs' formats, shapes, dtypes and scalar types only: a cheap
         # signature of those finds it without re-deriving the logical types (per-call overhead)
@@ -181,8 +185,8 @@ class CompiledProgram(Program):
             plan = self._signatures[signature] = self._plans[key]
         self._check_keys(plan, inputs)
         if plan["physical"] is None:  # the optimizer failed: the logical program runs on the inputs
-            self._last = plan
-            return plan, dict(inputs)
+            self._last = self._this_thread.plan = plan
+            return plan, dict(inputs), {}
         arrays = dict(scalars)
         reorder = plan["reorder"]
         for b in bound:
@@ -195,8 +199,12 @@ class CompiledProgram(Program):
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
-        self._last = plan
-        return plan, arrays
+        self._last = self._this_thread.plan = plan
+        return plan, arrays, {b[1][0]: b for b in bound}
+
+    def ran_plan(self) -> dict | None:
+        """The plan of the calling thread's last call (what made the result it just got)."""
+        return getattr(self._this_thread, "plan", None)
 
     def _check_keys(self, plan: dict, inputs: Mapping[str, Any]) -> None:
         """The interpreter's ShapeError when a lookup of the program (for a derivative: of the
@@ -293,7 +301,7 @@ class CompiledProgram(Program):
                 return result
         check_option(out_format, OUT_FORMATS, "out_format")
         self._check_inputs(inputs)
-        plan, arrays = self._planned(inputs)
+        plan, arrays, bound = self._planned(inputs)
         if plan["kernel"] is not None:
             try:
                 result = plan["kernel"].run(arrays)
@@ -304,7 +312,7 @@ class CompiledProgram(Program):
                 self._fall_back(plan["reason"], "the optimized program", stacklevel=4)
             else:
                 if out_format == "natural":
-                    self._repeat = RepeatCall.record(self, inputs, plan)
+                    self._repeat = RepeatCall.record(self, inputs, plan, bound)
                 return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], arrays)
@@ -342,7 +350,7 @@ class CompiledProgram(Program):
         if plan["derived"]:
             derived = compute_derived(plan["derived"], arrays)
             arrays.update({name: array for name, array in derived.items() if name in plan["derived_read"]})
-        self._last = plan
+        self._last = self._this_thread.plan = plan
         try:
             if prepared:  # as `prepare` returned them on the first repeat (fastcall.RepeatCall.settle)
                 prepared = arrays

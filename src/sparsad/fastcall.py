@@ -86,9 +86,12 @@ class RepeatCall:
         self.pinned: dict | None = None
 
     @classmethod
-    def record(cls, program: Any, inputs: Mapping[str, Any], plan: dict) -> "RepeatCall | None":
-        """The record of a call that just ran `plan`'s kernel on `inputs` (their stored forms are
-        the program's last bound tensors), or None when some input's kind has no fast step."""
+    def record(cls, program: Any, inputs: Mapping[str, Any], plan: dict, bound: Mapping[str, tuple]) \
+            -> "RepeatCall | None":
+        """The record of a call that just ran `plan`'s kernel on `inputs`, whose stored forms that
+        call bound are `bound` (by name, as `CompiledProgram._bound` returns them: not the program's
+        last bound forms, which another thread may have replaced meanwhile), or None when some
+        input's kind has no fast step."""
         from sparsad.formats import StoredTensor
         from sparsad.formats.natural import input_kind
 
@@ -99,7 +102,7 @@ class RepeatCall:
             if kind is float or kind is int:
                 steps.append((name, _SCALAR, kind, None, None, None))
                 continue
-            memo = program._bound_inputs.get(name)
+            memo = bound.get(name)
             if memo is None:
                 return None
             tensor = memo[0]

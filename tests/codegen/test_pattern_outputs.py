@@ -269,3 +269,31 @@ def test_a_limit_assigned_in_a_branch_is_not_inlined_after_it():
 
     body = (IfThen(Ref("c"), (Assign("st", Load("pos", Ref("i"))),)), For("p", Ref("st"), Num(2), ()))
     assert inner_loop(body).start == Ref("st")  # may hold an earlier row's value
+
+
+def test_a_tall_result_with_few_rows_written_keeps_the_row_workspace():
+    """The full-rows buffer is rows x columns whatever the rows written: past the memory guard's
+    warning threshold (here lowered to 1 MB), a hypersparse A times a dense B is assembled from a
+    row workspace instead (no warning, no dense allocation), with the same CSR result."""
+    import warnings
+
+    from sparsad import memory
+
+    rows = 40_000
+    A = sp.csr_matrix((np.array([2.0, -1.0, 3.0]), (np.array([3, 17, rows - 1]), np.array([0, 2, 1]))),
+                      shape=(rows, 3))
+    B = np.random.default_rng(5).standard_normal((3, 8))  # the dense result would take 2.6 MB
+    memory.set_memory_limit(None, warn="1MB")
+    try:
+        compiled = sparsad.compile(SPMM)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = compiled(A=A, B=B)
+        assert compiled._last["kernel"].plan.result_format != "rows"
+        small = compiled(A=A[:100], B=B)  # 6.4 KB: full rows
+        assert compiled._last["kernel"].plan.result_format == "rows"
+    finally:
+        memory.set_memory_limit(None)
+    assert isinstance(result, sp.csr_matrix) and result.shape == (rows, 8) and result.nnz == 24
+    np.testing.assert_allclose(result.toarray(), A @ B, rtol=1e-14)
+    np.testing.assert_allclose(small.toarray(), A[:100] @ B, rtol=1e-14)

@@ -366,7 +366,7 @@ class Derivative(Program):
             return _MISSING
         if self.kind != "jvp":  # as the full path: on an order-3+ sparse input's entries
             result = self._on_pattern(result, wrt, inputs)
-        shaped = self._shaped_zero(result, wrt, inputs, "natural", compiled._last)
+        shaped = self._shaped_zero(result, wrt, inputs, "natural", compiled.ran_plan())
         if shaped is not result:
             shaped = natural_result(shaped, inputs, "natural")
         if self.kind == "jvp":
@@ -443,7 +443,7 @@ class Derivative(Program):
                     raw = compiled.call(call_inputs, out_format)
                     if out_format == "natural" and self.kind != "jvp":
                         raw = self._on_pattern(raw, w, inputs)
-                    shaped = self._shaped_zero(raw, w, inputs, out_format, compiled._last)
+                    shaped = self._shaped_zero(raw, w, inputs, out_format, compiled.ran_plan())
                     # the compiled call returned `raw` in the kind of these same inputs already
                     same = shaped is raw and len(call_inputs) == len(inputs)
                     results[w] = shaped if same else natural_result(shaped, inputs, out_format)

@@ -263,7 +263,8 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
         requested = "auto"  # the writes do not follow one input's entries
     loop = row_loop(program)
     pattern = input_pattern(PO.loop_limits_inlined(program)) if depth == 2 else None
-    rows = PO.full_rows(program, loop.var) if loop is not None and all(extent_known) else None
+    rows = PO.full_rows(program, loop.var) if loop is not None and all(extent_known) and \
+        PO.full_rows_fit(static_sizes) else None
     if requested == "auto":
         if depth == 1:
             return OutputPlan("dense" if extent_known[0] else "dict")

@@ -172,6 +172,20 @@ def full_rows(program: LoopProgram, row_var: str) -> tuple[IRExpr] | None:
     return None
 
 
+def full_rows_fit(static_sizes: tuple) -> bool:
+    """Whether a full-rows buffer of the result's rows x columns (known when the kernel is made)
+    stays under the memory guard's warning threshold: it is allocated whole whatever the number of
+    rows written, so a tall result with few rows written (a hypersparse A times a dense B) keeps
+    the row workspace, which costs O(rows written x columns) plus the CSR's row pointers. (Sizes
+    known only when the kernel runs, such as a column range's end: full rows, under the guard.)"""
+    from sparsad.memory import dense_bytes, memory_limit, warn_threshold
+
+    sizes = tuple(static_sizes[:2])
+    if len(sizes) != 2 or any(n is None for n in sizes):
+        return True
+    return dense_bytes(sizes, 8) <= min(warn_threshold(), memory_limit())
+
+
 def full_rows_params() -> tuple[str, ...]:
     return ("out", "out_rows")
 
@@ -215,5 +229,5 @@ def full_rows_result(plan, arguments: tuple, extents: list[int], inputs: dict):
     return csr_result(data, indices, indptr, (rows, columns))
 
 
-__all__ = ["loop_limits_inlined", "loop_limits_inlined_in", "full_rows", "ROWS", "full_rows_params",
+__all__ = ["loop_limits_inlined", "loop_limits_inlined_in", "full_rows", "full_rows_fit", "ROWS", "full_rows_params",
            "full_rows_accumulate", "full_rows_arguments", "full_rows_result"]
