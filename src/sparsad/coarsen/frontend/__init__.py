@@ -66,6 +66,7 @@ class Tracer(ExpressionsMixin, CallsMixin, ContainersMixin, StatementsMixin, Loo
                                                  # are whole-vector selects (see containers.masked_write)
         self.own_lists: dict[int, tuple] = {}   # id -> (list, traced-loop depth at its creation): lists made here
         self.narrow: dict[int, str] = {}         # id -> dtype of constant tensors made with another dtype
+        self.const_views: dict[int, tuple] = {}  # id -> (constant, the constant it was indexed from)
         self.origins: dict[int, tuple] = {}      # id of a Carried node -> (it, value before the loop, env there)
 
     def entry(self, site) -> int:
