@@ -132,6 +132,8 @@ class Coarsened:
         except CoarsenUnsupported as why:
             fallback_warning(self.fn, why)
             return self.fn(*args, **kwargs)
+        if backend == "torch" and not _strided(call):
+            return self.fn(*call)
         with budget.call_deadline():
             try:
                 plan = self.plan(call)
@@ -287,6 +289,8 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
                 return result
         wanted = _check_argnums(args, nums, getattr(coarse.fn, "__name__", "f"))
         backend = _backend(args)
+        if backend == "torch" and not _strided(args):  # (plans are for strided tensors: leave them alone)
+            return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
         with budget.call_deadline():  # symbolic work past it goes on in the background: autograd meanwhile
             try:
                 plan = coarse.plan(args)
@@ -386,6 +390,23 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
     return out[0] if single else out
+
+
+def _strided(args: tuple) -> bool:
+    """Whether every torch tensor among ``args`` is a plain strided one, as plans and their compiled code
+    take them (a sparse layout, or a negative or conjugate bit, goes to plain autograd instead: such a
+    tensor has the signature of a dense one, so it must never reach, nor switch off, the dense one's plan)."""
+    for a in args:
+        if type(a).__module__.startswith("torch") and hasattr(a, "layout") and hasattr(a, "is_neg"):
+            if a.layout is not _torch_strided() or a.is_neg() or a.is_conj():
+                return False
+    return True
+
+
+def _torch_strided():
+    import torch
+
+    return torch.strided
 
 
 def _record_free(plan: Plan, elev) -> bool:
