@@ -18,6 +18,9 @@ import torch
 def linear(x, w):
     return torch.sum(w * x) + torch.sum(w * w)
 
+def scaled(x, w, c):
+    return torch.sum(w * torch.sin(x) * c)
+
 def looped(x, w):
     s = torch.sum(w) * 0.0
     k = 0
@@ -129,3 +132,17 @@ def test_a_first_call_with_a_sparse_tensor_does_not_switch_coarsening_off():
             assert _agrees(f, gradient, x, w)
     coarse = next(c.cell_contents for c in gradient.__closure__ if type(c.cell_contents).__name__ == "Coarsened")
     assert not coarse._disabled
+
+
+def test_numpy_scalar_arguments_are_keyed_by_value():
+    """``np.float64`` has a shape and a dtype: the ready call's key took it for a 0-d tensor (shape and
+    dtype only) and reused the gradient traced for another value of it."""
+    f = load_function(SOURCE, "scaled")
+    gradient = coarsen.grad(f, argnums=(0, 1))
+    x, w = _vec(0), _vec(1)
+    for _ in range(FAST_PRIMAL_AFTER + 2):
+        gradient(x, w, np.float64(0.5))
+    for c in (np.float64(2.0), np.float64(-1.0), np.float64(0.5), np.int64(3), np.float32(0.25)):
+        got = gradient(x, w, c)
+        for g, e in zip(got, torch_reference(f, (x, w, c), (0, 1))):
+            assert rel_err(g, e) <= 1e-6 if c.dtype == np.float32 else rel_err(g, e) <= 1e-12, c

@@ -7,6 +7,8 @@ import struct
 import types
 from typing import Callable, Sequence
 
+import numpy as np
+
 from sparsad.coarsen import budget, numba_primal, ready
 from sparsad.coarsen.budget import Deferred
 from sparsad.coarsen.frontend import CoarsenUnsupported
@@ -445,7 +447,9 @@ def _general_key(args: tuple):
     key = []
     for a in args:
         shape = getattr(a, "shape", None)
-        if shape is not None and hasattr(a, "dtype"):
+        if isinstance(a, np.generic):  # a NumPy scalar (shape () and a dtype, too) is keyed by its value
+            key.append(("np", a.dtype.str, a.tobytes()))
+        elif shape is not None and hasattr(a, "dtype"):
             key.append((shape, a.dtype))  # (ready-made calls refuse tensors off the CPU themselves)
         elif type(a) is float:
             key.append((float, _float_bits(a)))  # -0.0 and 0.0, and NaNs of other sign or payload, differ
