@@ -146,3 +146,49 @@ def test_numpy_scalar_arguments_are_keyed_by_value():
         got = gradient(x, w, c)
         for g, e in zip(got, torch_reference(f, (x, w, c), (0, 1))):
             assert rel_err(g, e) <= 1e-6 if c.dtype == np.float32 else rel_err(g, e) <= 1e-12, c
+
+
+DEFAULTS = """
+import torch
+
+W = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64)
+
+def weighted(x, w=W, c=0.5):
+    return torch.sum(w * torch.sin(x) * c)
+"""
+
+
+def test_a_tensor_given_as_a_default_is_an_input_read_at_each_call():
+    """Both entry points used to fail with an internal IndexError (and fall back for good) when a tensor
+    parameter was left to its default."""
+    f = load_function(DEFAULTS, "weighted")
+    module = __import__(f.__module__)
+    x = _vec(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoarsenFallbackWarning)
+        gradient = coarsen.grad(f, argnums=0)
+        for scale in (1.0, 1.0, -2.0, 3.0):
+            with torch.no_grad():
+                module.W.mul_(scale)        # the default, changed in place between calls
+            assert rel_err(gradient(x), torch_reference(f, (x,), (0,))[0]) <= 1e-12
+        assert rel_err(gradient(x, -module.W), torch_reference(f, (x, -module.W), (0,))[0]) <= 1e-12
+        decorated = coarsen.symbolic(f)
+        for _ in range(2):
+            leaf = x.clone().requires_grad_(True)
+            decorated(leaf).backward()
+            assert rel_err(leaf.grad, torch_reference(f, (x,), (0,))[0]) <= 1e-12
+
+
+def test_mixed_precision_arguments_are_checked_at_float32_tolerance():
+    """A float32 argument next to float64 ones made the first call's check demand float64 agreement:
+    a false "generated derivative differs" and a fallback for good."""
+    f = load_function(SOURCE, "looped")
+    for seed in (6, 9):   # (draws whose float32 gradients round one unit apart from autograd's)
+        rng = np.random.default_rng(seed)
+        x = torch.tensor(rng.standard_normal(40), dtype=torch.float64)
+        w = torch.tensor(rng.standard_normal(40), dtype=torch.float32)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CoarsenFallbackWarning)
+            got = coarsen.grad(f, argnums=(0, 1), numba=False)(x, w)
+        for g, e in zip(got, torch_reference(f, (x, w), (0, 1))):
+            assert g.dtype == e.dtype and rel_err(g, e) <= 1e-6

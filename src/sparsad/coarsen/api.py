@@ -69,10 +69,20 @@ class Coarsened:
             return self
         return types.MethodType(self, obj)
 
+    def with_defaults(self, args: tuple) -> tuple:
+        """``args`` followed by the defaults of the positional parameters not passed (read now: a plan's
+        tensor inputs include tensors given as defaults, and its guards check the defaults' values)."""
+        code = getattr(self.fn, "__code__", None)
+        missing = code.co_argcount - len(args) if code is not None else 0
+        defaults = getattr(self.fn, "__defaults__", None) or ()
+        if missing <= 0 or missing > len(defaults):
+            return args  # (a call missing arguments raises in the function itself)
+        return tuple(args) + tuple(defaults[len(defaults) - missing:])
+
     def positional(self, args: tuple, kwargs: dict) -> tuple:
         """The call's arguments in parameter order (keywords and defaults filled in)."""
         if not kwargs:
-            return args
+            return self.with_defaults(args)
         try:
             bound = inspect.signature(self.fn).bind(*args, **kwargs)
         except TypeError as exc:
@@ -293,16 +303,18 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
         backend = _backend(args)
         if backend == "torch" and not _strided(args):  # (plans are for strided tensors: leave them alone)
             return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
+        full = coarse.with_defaults(args)  # (argnums count the arguments passed, as in the fast path)
         with budget.call_deadline():  # symbolic work past it goes on in the background: autograd meanwhile
             try:
-                plan = coarse.plan(args)
-                if plan is not None:
-                    return _symbolic_gradient(coarse, plan, args, wanted, single, backend, fast)
+                plan = coarse.plan(full)
+                if plan is not None:  # (calls relying on defaults take this path every time: no ready call)
+                    return _symbolic_gradient(coarse, plan, full, wanted, single, backend,
+                                              fast if full is args else {})
             except Deferred:
                 pass
             except Exception as why:  # unsupported, or the machinery failed: plain autograd
                 result = _autodiff_gradient(coarse.fn, args, wanted, single, backend)
-                coarse.disable(args, why)
+                coarse.disable(full, why)
                 return result
         return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
 
