@@ -95,6 +95,7 @@ class Coarsened:
     def plan(self, args: tuple) -> Plan | None:
         """The plan for ``args``' signature (traced now if none is current); None when the signature
         falls back.  Raises ``budget.Deferred`` while a trace goes on in the background."""
+        args = self.with_defaults(args)
         try:
             sig = signature(args)
         except Unkeyable as why:
@@ -129,7 +130,7 @@ class Coarsened:
         return plan
 
     def disable(self, args: tuple, why) -> None:
-        sig = signature(args)
+        sig = signature(self.with_defaults(args))
         if sig not in self._disabled:
             fallback_warning(self.fn, why)
         self._disabled[sig] = str(why)
