@@ -171,7 +171,14 @@ def test_a_tensor_given_as_a_default_is_an_input_read_at_each_call():
             with torch.no_grad():
                 module.W.mul_(scale)        # the default, changed in place between calls
             assert rel_err(gradient(x), torch_reference(f, (x,), (0,))[0]) <= 1e-12
-        assert rel_err(gradient(x, -module.W), torch_reference(f, (x, -module.W), (0,))[0]) <= 1e-12
+        other = -module.W
+        for _ in range(FAST_PRIMAL_AFTER + 1):   # ready-made calls for each way of calling: never mixed up
+            for args in ((x,), (x, other), (x, other, 2.0), (x,)):
+                assert rel_err(gradient(*args), torch_reference(f, args, (0,))[0]) <= 1e-12
+        f.__defaults__ = (other, -3.0)
+        assert rel_err(gradient(x), torch_reference(f, (x,), (0,))[0]) <= 1e-12
+        fast = next(c.cell_contents for c in gradient.__closure__ if isinstance(c.cell_contents, dict))
+        assert len(fast) == 3
         decorated = coarsen.symbolic(f)
         for _ in range(2):
             leaf = x.clone().requires_grad_(True)

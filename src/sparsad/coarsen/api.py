@@ -287,6 +287,7 @@ def _positions(fn: Callable, wrt: str | Sequence[str]) -> int | tuple[int, ...]:
 def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: bool) -> Callable:
     """The gradient function of ``grad`` for the argument positions ``nums`` (negative ones count from the end)."""
     fast: dict = {}  # signature -> (plan, ready-made call) (torch; straight-line code, or a Numba-recorded primal)
+    n_params = getattr(getattr(coarse.fn, "__code__", None), "co_argcount", 0)  # (fewer passed: defaults fill in)
 
     def gradient(*args, **kwargs):
         if kwargs:
@@ -297,20 +298,19 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
         key = _fast_key(args) if fast else None
         entry = fast.get(key) if key is not None else None
         if entry is not None and entry[0].current():  # (arguments like these were validated already)
-            result = entry[1](args)
+            result = entry[1](args if len(args) >= n_params else coarse.with_defaults(args))
             if result is not _MISS:
                 return result
         wanted = _check_argnums(args, nums, getattr(coarse.fn, "__name__", "f"))
         backend = _backend(args)
         if backend == "torch" and not _strided(args):  # (plans are for strided tensors: leave them alone)
             return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
-        full = coarse.with_defaults(args)  # (argnums count the arguments passed, as in the fast path)
+        full = coarse.with_defaults(args)  # (argnums count the arguments passed; the key, too)
         with budget.call_deadline():  # symbolic work past it goes on in the background: autograd meanwhile
             try:
                 plan = coarse.plan(full)
-                if plan is not None:  # (calls relying on defaults take this path every time: no ready call)
-                    return _symbolic_gradient(coarse, plan, full, wanted, single, backend,
-                                              fast if full is args else {})
+                if plan is not None:
+                    return _symbolic_gradient(coarse, plan, full, wanted, single, backend, fast, _fast_key(args))
             except Deferred:
                 pass
             except Exception as why:  # unsupported, or the machinery failed: plain autograd
@@ -363,7 +363,9 @@ def _check_argnums(args: tuple, nums: tuple, name: str) -> tuple:
     return tuple(out)
 
 
-def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend, fast: dict):
+def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend, fast: dict, key):
+    """The gradient from ``plan`` for ``args`` (defaults filled in); a ready-made call for later calls goes
+    into ``fast`` under ``key`` (that of the arguments as passed: the fast path fills in the defaults)."""
     positions = {node.index: k for k, node in enumerate(plan.graph.inputs)}
     for n in nums:
         if n not in positions:
@@ -392,7 +394,6 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         with torch.no_grad():
             grads = compiled.fn(*tensors, *params, one)
         out = tuple(fit_gradient(grads[positions[n]], args[n]) for n in nums)
-        key = _fast_key(args)
         if key is None or not getattr(compiled.fn, "settled", lambda: True)():
             pass  # (while the Numba adjoint compiles, calls take this path and find it once it is ready)
         elif compiled.verified and (not plan.needs_record or _record_free(plan, elev)):
