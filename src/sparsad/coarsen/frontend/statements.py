@@ -119,7 +119,7 @@ class StatementsMixin:
         value = self.ev_BinOp(ast.BinOp(left=ast.Name(name, ast.Load(), lineno=node.lineno),
                                         op=node.op, right=node.value, lineno=node.lineno), env)
         old = env.get(name)
-        if _traced(old):  # `t += v` on a tensor updates it in place: every other reference sees the new value
+        if _traced(old) and self.in_place_updates:  # torch's `t += v` updates t: every other reference sees it
             why = self.writable(old, name, env)
             if why:
                 raise CoarsenUnsupported(f"line {node.lineno}: `{_source_line(node)}` updates {name!r} in place, "
