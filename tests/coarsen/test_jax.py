@@ -59,3 +59,25 @@ def test_under_jit_recorded_control_flow_falls_back_to_jax_vjp():
     got = jax.grad(lambda rr: wrapped(x, y, rr, T, tol))(r)
     expected = jax.grad(apps.bgd_hyperopt_scan, argnums=2)(x, y, r, T, tol)
     assert _rel(got, expected) <= 1e-10
+
+
+def test_augmented_assignment_rebinds_jax_arrays():
+    """JAX arrays are immutable: `x += a` rebinds x (no other name sees it), so it coarsens, unlike on a
+    torch tensor that another name refers to."""
+    from helpers_coarsen import load_function
+
+    f = load_function("""
+import jax.numpy as jnp
+
+def f(x, a):
+    y = x
+    x += a * x
+    y *= 2.0
+    return jnp.sum(x * y)
+""")
+    x, a = jnp.linspace(-1.0, 1.0, 5), jnp.asarray(0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoarsenFallbackWarning)
+        got = coarsen.grad(f, argnums=(0, 1))(x, a)
+    for g, e in zip(got, jax.grad(f, argnums=(0, 1))(x, a)):
+        assert _rel(g, e) <= 1e-12

@@ -324,6 +324,27 @@ def test_kernel_cache_keeps_the_most_recently_used_modules(tmp_path):
     assert prune_cache(tmp_path, keep=3) == 0
 
 
+def test_reusing_a_module_keeps_its_modification_time(tmp_path, monkeypatch):
+    """Numba's on-disk cache is stamped with the module file's modification time: marking a reused
+    module as recently used must not change it (it did: every later process compiled it again)."""
+    import os
+
+    from sparsad.coarsen.numba_backend import prune_cache, write_module
+
+    directory = tmp_path / "kernels"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv("SPARSAD_KERNEL_CACHE", str(directory))
+    paths = [write_module(f"x = {k}\n")[0] for k in range(4)]
+    for k, path in enumerate(paths):
+        os.utime(path, (1000 + k, 1000 + k))
+    assert write_module("x = 0\n")[0] == paths[0]          # reused
+    stat = os.stat(paths[0])
+    assert stat.st_mtime == 1000 and stat.st_atime > 5000
+    assert prune_cache(directory, keep=2) == 2                # ... and counted as the most recently used
+    assert sorted(p.name for p in directory.glob("coarsen_*.py")) == sorted(
+        os.path.basename(p) for p in (paths[0], paths[3]))
+
+
 def test_inner_helper_reading_a_reassigned_variable_is_not_translated():
     f = load_function("""
 import torch

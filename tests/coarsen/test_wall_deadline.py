@@ -184,3 +184,28 @@ def test_a_global_changed_while_tracing_in_the_background_is_read_again(monkeypa
                 SCALE = 3.0
     finally:
         SCALE = 2.0
+
+
+def test_two_threads_collecting_one_finished_step_both_get_its_result():
+    """Another thread collects the step between this one's check and its removal (simulated by a
+    table that lets the step go at that moment): this one used to raise KeyError, an internal error
+    that switched coarsening off for the signature."""
+    class Collected(dict):
+        reads = 0
+
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            self.reads += 1
+            if self.reads == self.pop_at:
+                self.pop(key, None)   # the other thread's removal, right after this read
+            return found
+
+    pending = Collected()
+    pending.pop_at = 0
+    with budget.call_deadline(0.0):
+        with pytest.raises(budget.Deferred):
+            budget.in_background(pending, "step", lambda: (time.sleep(0.2), 42)[1])
+    budget.wait_background(30)
+    pending.reads, pending.pop_at = 0, 2   # (the first read finds the step, the second checks it is the same)
+    with budget.call_deadline(0.0):
+        assert budget.in_background(pending, "step", lambda: pytest.fail("started again")) == 42

@@ -7,6 +7,8 @@ import struct
 import types
 from typing import Callable, Sequence
 
+import numpy as np
+
 from sparsad.coarsen import budget, numba_primal, ready
 from sparsad.coarsen.budget import Deferred
 from sparsad.coarsen.frontend import CoarsenUnsupported
@@ -67,10 +69,20 @@ class Coarsened:
             return self
         return types.MethodType(self, obj)
 
+    def with_defaults(self, args: tuple) -> tuple:
+        """``args`` followed by the defaults of the positional parameters not passed (read now: a plan's
+        tensor inputs include tensors given as defaults, and its guards check the defaults' values)."""
+        code = getattr(self.fn, "__code__", None)
+        missing = code.co_argcount - len(args) if code is not None else 0
+        defaults = getattr(self.fn, "__defaults__", None) or ()
+        if missing <= 0 or missing > len(defaults):
+            return args  # (a call missing arguments raises in the function itself)
+        return tuple(args) + tuple(defaults[len(defaults) - missing:])
+
     def positional(self, args: tuple, kwargs: dict) -> tuple:
         """The call's arguments in parameter order (keywords and defaults filled in)."""
         if not kwargs:
-            return args
+            return self.with_defaults(args)
         try:
             bound = inspect.signature(self.fn).bind(*args, **kwargs)
         except TypeError as exc:
@@ -83,6 +95,7 @@ class Coarsened:
     def plan(self, args: tuple) -> Plan | None:
         """The plan for ``args``' signature (traced now if none is current); None when the signature
         falls back.  Raises ``budget.Deferred`` while a trace goes on in the background."""
+        args = self.with_defaults(args)
         try:
             sig = signature(args)
         except Unkeyable as why:
@@ -117,7 +130,7 @@ class Coarsened:
         return plan
 
     def disable(self, args: tuple, why) -> None:
-        sig = signature(args)
+        sig = signature(self.with_defaults(args))
         if sig not in self._disabled:
             fallback_warning(self.fn, why)
         self._disabled[sig] = str(why)
@@ -132,6 +145,8 @@ class Coarsened:
         except CoarsenUnsupported as why:
             fallback_warning(self.fn, why)
             return self.fn(*args, **kwargs)
+        if backend == "torch" and not _strided(call):
+            return self.fn(*call)
         with budget.call_deadline():
             try:
                 plan = self.plan(call)
@@ -272,6 +287,7 @@ def _positions(fn: Callable, wrt: str | Sequence[str]) -> int | tuple[int, ...]:
 def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: bool) -> Callable:
     """The gradient function of ``grad`` for the argument positions ``nums`` (negative ones count from the end)."""
     fast: dict = {}  # signature -> (plan, ready-made call) (torch; straight-line code, or a Numba-recorded primal)
+    n_params = getattr(getattr(coarse.fn, "__code__", None), "co_argcount", 0)  # (fewer passed: defaults fill in)
 
     def gradient(*args, **kwargs):
         if kwargs:
@@ -282,21 +298,24 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
         key = _fast_key(args) if fast else None
         entry = fast.get(key) if key is not None else None
         if entry is not None and entry[0].current():  # (arguments like these were validated already)
-            result = entry[1](args)
+            result = entry[1](args if len(args) >= n_params else coarse.with_defaults(args))
             if result is not _MISS:
                 return result
         wanted = _check_argnums(args, nums, getattr(coarse.fn, "__name__", "f"))
         backend = _backend(args)
+        if backend == "torch" and not _strided(args):  # (plans are for strided tensors: leave them alone)
+            return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
+        full = coarse.with_defaults(args)  # (argnums count the arguments passed; the key, too)
         with budget.call_deadline():  # symbolic work past it goes on in the background: autograd meanwhile
             try:
-                plan = coarse.plan(args)
+                plan = coarse.plan(full)
                 if plan is not None:
-                    return _symbolic_gradient(coarse, plan, args, wanted, single, backend, fast)
+                    return _symbolic_gradient(coarse, plan, full, wanted, single, backend, fast, _fast_key(args))
             except Deferred:
                 pass
             except Exception as why:  # unsupported, or the machinery failed: plain autograd
                 result = _autodiff_gradient(coarse.fn, args, wanted, single, backend)
-                coarse.disable(args, why)
+                coarse.disable(full, why)
                 return result
         return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
 
@@ -344,7 +363,9 @@ def _check_argnums(args: tuple, nums: tuple, name: str) -> tuple:
     return tuple(out)
 
 
-def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend, fast: dict):
+def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backend, fast: dict, key):
+    """The gradient from ``plan`` for ``args`` (defaults filled in); a ready-made call for later calls goes
+    into ``fast`` under ``key`` (that of the arguments as passed: the fast path fills in the defaults)."""
     positions = {node.index: k for k, node in enumerate(plan.graph.inputs)}
     for n in nums:
         if n not in positions:
@@ -373,7 +394,6 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         with torch.no_grad():
             grads = compiled.fn(*tensors, *params, one)
         out = tuple(fit_gradient(grads[positions[n]], args[n]) for n in nums)
-        key = _fast_key(args)
         if key is None or not getattr(compiled.fn, "settled", lambda: True)():
             pass  # (while the Numba adjoint compiles, calls take this path and find it once it is ready)
         elif compiled.verified and (not plan.needs_record or _record_free(plan, elev)):
@@ -386,6 +406,23 @@ def _symbolic_gradient(coarse: Coarsened, plan: Plan, args, nums, single, backen
         from sparsad.coarsen.jax_splice import run_adjoint
         out = tuple(run_adjoint(compiled, tensors, params, [1.0])[positions[n]] for n in nums)
     return out[0] if single else out
+
+
+def _strided(args: tuple) -> bool:
+    """Whether every torch tensor among ``args`` is a plain strided one, as plans and their compiled code
+    take them (a sparse layout, or a negative or conjugate bit, goes to plain autograd instead: such a
+    tensor has the signature of a dense one, so it must never reach, nor switch off, the dense one's plan)."""
+    for a in args:
+        if type(a).__module__.startswith("torch") and hasattr(a, "layout") and hasattr(a, "is_neg"):
+            if a.layout is not _torch_strided() or a.is_neg() or a.is_conj():
+                return False
+    return True
+
+
+def _torch_strided():
+    import torch
+
+    return torch.strided
 
 
 def _record_free(plan: Plan, elev) -> bool:
@@ -424,7 +461,9 @@ def _general_key(args: tuple):
     key = []
     for a in args:
         shape = getattr(a, "shape", None)
-        if shape is not None and hasattr(a, "dtype"):
+        if isinstance(a, np.generic):  # a NumPy scalar (shape () and a dtype, too) is keyed by its value
+            key.append(("np", a.dtype.str, a.tobytes()))
+        elif shape is not None and hasattr(a, "dtype"):
             key.append((shape, a.dtype))  # (ready-made calls refuse tensors off the CPU themselves)
         elif type(a) is float:
             key.append((float, _float_bits(a)))  # -0.0 and 0.0, and NaNs of other sign or payload, differ

@@ -188,8 +188,8 @@ def in_background(pending: dict, key, work: Callable[[], _T]) -> _T:
     if not step.finished.is_set():
         deferred_calls += 1
         raise Deferred(f"symbolic work ({key if isinstance(key, str) else key[0]}) goes on in the background")
-    if pending.get(key) is step:
-        del pending[key]
+    if pending.get(key) is step:  # (another thread may collect the same step at the same time)
+        pending.pop(key, None)
     return step.result()
 
 

@@ -391,6 +391,7 @@ def write_module(source: str) -> tuple[str, str]:
     import hashlib
     import os
     import sys
+    import time
 
     from sparsad.codegen.numba_backend import kernel_cache_dir
 
@@ -403,7 +404,9 @@ def write_module(source: str) -> tuple[str, str]:
         os.replace(temporary, path)
         prune_cache(directory)
     else:
-        os.utime(path)  # (recently used: kept by the pruning)
+        # recently used, for the pruning: the access time only (Numba's cache index is stamped with the
+        # file's modification time; a new one would make every later process compile it again)
+        os.utime(path, (time.time(), path.stat().st_mtime))
     return str(path), f"sparsad_coarsen_{digest}"
 
 
@@ -449,7 +452,8 @@ def prune_cache(directory, keep: int = MAX_CACHED_MODULES) -> int:
     for entry in os.scandir(directory):
         if entry.name.startswith("coarsen_") and entry.name.endswith(".py"):
             try:
-                modules.append((entry.stat().st_mtime, entry.name))
+                stat = entry.stat()  # (last use: the access time write_module sets, or the writing)
+                modules.append((max(stat.st_atime, stat.st_mtime), entry.name))
             except OSError:
                 continue
     if len(modules) <= keep:

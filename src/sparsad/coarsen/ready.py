@@ -57,8 +57,13 @@ class TensorViews:
         self.entries: dict = {}
         self.lookup = self.entries.get
 
-    def get(self, a) -> np.ndarray:
-        view = (a.detach() if a.requires_grad else a).numpy()
+    def get(self, a):
+        """``a``'s NumPy view (kept for later calls), or ``MISS`` when it has none (a sparse layout, a
+        negative or conjugate bit): the general path handles such tensors."""
+        try:
+            view = (a.detach() if a.requires_grad else a).numpy()
+        except (TypeError, RuntimeError):
+            return MISS
         entries = self.entries
         if len(entries) >= VIEW_CACHE:
             entries.clear()
@@ -107,7 +112,9 @@ def _conversions(positions: tuple, scalars: dict) -> list[str]:
                       f"    if e is not None and e[0]() is a{i} and e[1] == a{i}.data_ptr() and e[2] == a{i}.stride():",
                       f"        v{i} = e[3]",
                       "    else:",
-                      f"        v{i} = view(a{i})"]
+                      f"        v{i} = view(a{i})",
+                      f"        if v{i} is MISS:",
+                      "            return MISS"]
     return lines
 
 

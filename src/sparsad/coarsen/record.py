@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Callable
@@ -126,16 +127,44 @@ class _Instrument(ast.NodeTransformer):
         return node
 
 
+class _Recorder:
+    """What the rewritten function calls: the record of the call running in *this* thread (calls in
+    other threads, and calls nested in this one, each keep their own record)."""
+
+    def __init__(self):
+        self.local = threading.local()
+
+    def enter(self, site):
+        self.local.record.enter(site)
+
+    def step(self, site):
+        self.local.record.step(site)
+
+    def brk(self, site):
+        self.local.record.brk(site)
+
+    def leave(self, site):
+        self.local.record.leave(site)
+
+    def branch(self, site, test):
+        return self.local.record.branch(site, test)
+
+
 def instrument(fn: Callable, sites) -> Callable[..., tuple[object, Record]]:
     """``fn`` rewritten to return ``(outputs, record)``, recording the traced ``sites``."""
     fdef, _ = function_ast(fn)
     fdef = _Instrument(sites).visit(copy.deepcopy(fdef))
-    holder = types.CellType()  # the record of the running call (the function reads live globals/closure)
+    recorder = _Recorder()
+    holder = types.CellType(recorder)  # (the rewritten function reads live globals/closure, and this cell)
     rewritten = build_function(fn, fdef, {_REC: holder})
+    local = recorder.local
 
     def run(*args):
-        record = Record()
-        holder.cell_contents = record
-        return rewritten(*args), record
+        record, outer = Record(), getattr(local, "record", None)
+        local.record = record
+        try:
+            return rewritten(*args), record
+        finally:
+            local.record = outer
 
     return run

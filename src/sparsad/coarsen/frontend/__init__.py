@@ -66,6 +66,8 @@ class Tracer(ExpressionsMixin, CallsMixin, ContainersMixin, StatementsMixin, Loo
                                                  # are whole-vector selects (see containers.masked_write)
         self.own_lists: dict[int, tuple] = {}   # id -> (list, traced-loop depth at its creation): lists made here
         self.narrow: dict[int, str] = {}         # id -> dtype of constant tensors made with another dtype
+        self.const_views: dict[int, tuple] = {}  # id -> (constant, the constant it was indexed from)
+        self.in_place_updates = True             # `t += v` updates t in place (torch); JAX arrays rebind
         self.origins: dict[int, tuple] = {}      # id of a Carried node -> (it, value before the loop, env there)
 
     def entry(self, site) -> int:
@@ -99,6 +101,7 @@ def trace(fn: Callable, args: tuple) -> ssa.Graph:
     torch_first = first is not None and type(first).__module__.startswith("torch")
     tracer = Tracer(fn, getattr(first, "dtype", None), first.device if torch_first else None)
     tracer.compiled_loops = first is None or torch_first  # (loops compiled as loops: torch and Numba only)
+    tracer.in_place_updates = first is None or torch_first
     guard_defaults(tracer.guards, fn, fn.__code__.co_firstlineno)
     env: dict[str, Any] = {}
     inputs = []

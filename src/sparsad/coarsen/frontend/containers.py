@@ -291,8 +291,10 @@ class ContainersMixin:
             raise CoarsenUnsupported(f"line {node.lineno}: index {_short(key)} is not a static int/slice index") from exc
         if 0 in shape:
             raise CoarsenUnsupported(f"line {node.lineno}: an empty slice")
-        if isinstance(value, ssa.Const):
-            return ssa.Const(shape, value.value)
+        if isinstance(value, ssa.Const):  # (kept a constant, but remembered as a view: writes reach its base)
+            part = ssa.Const(shape, value.value)
+            self.const_views[id(part)] = (part, value)
+            return part
         return ssa.View(shape, value, key)
 
     def grow_list(self, name: str, how: str, item, node, env):
@@ -423,11 +425,12 @@ class ContainersMixin:
         while True:
             if isinstance(value, (ssa.Input,)):
                 return "is an argument"
-            if isinstance(value, (ssa.View, ssa.Index)) or getattr(value, "is_view", False):
+            if (isinstance(value, (ssa.View, ssa.Index)) or getattr(value, "is_view", False)
+                    or self.const_views.get(id(value), (None,))[0] is value):
                 return "is a view of another tensor"
             if id(value) in self.narrow:
                 return f"has dtype {self.narrow[id(value)]} (the write would round); create it with dtype=x.dtype"
-            if _aliased(value, name, env):
+            if _aliased(value, name, env, self.const_views):
                 return "another variable (or a list) also refers to"
             origin = self.origins.get(id(value)) if isinstance(value, ssa.Carried) else None
             if origin is None or origin[0] is not value:

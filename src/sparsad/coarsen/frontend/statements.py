@@ -115,10 +115,20 @@ class StatementsMixin:
             return env
         if not isinstance(node.target, ast.Name):
             raise CoarsenUnsupported(f"line {node.lineno}: in-place update of {type(node.target).__name__}")
-        value = self.ev_BinOp(ast.BinOp(left=ast.Name(node.target.id, ast.Load(), lineno=node.lineno),
+        name = node.target.id
+        value = self.ev_BinOp(ast.BinOp(left=ast.Name(name, ast.Load(), lineno=node.lineno),
                                         op=node.op, right=node.value, lineno=node.lineno), env)
+        old = env.get(name)
+        if _traced(old) and self.in_place_updates:  # torch's `t += v` updates t: every other reference sees it
+            why = self.writable(old, name, env)
+            if why:
+                raise CoarsenUnsupported(f"line {node.lineno}: `{_source_line(node)}` updates {name!r} in place, "
+                                         f"which {why}; autograd would see the update there too")
+            if _traced(value) and tuple(value.shape) != tuple(old.shape):
+                raise CoarsenUnsupported(f"line {node.lineno}: `{_source_line(node)}` would change the shape of "
+                                         f"{name!r} from {list(old.shape)} to {list(value.shape)} in place")
         env = dict(env)
-        env[node.target.id] = value
+        env[name] = value
         return env
 
     def bind(self, target, value, env):

@@ -293,14 +293,22 @@ def _select_by_position(iota: ssa.Node, items: list) -> ssa.Node:
     return value
 
 
-def _aliased(value, name: str, env: dict) -> bool:
+def _aliased(value, name: str, env: dict, const_views: dict | None = None) -> bool:
     """Whether a variable other than ``name``, or a list/tuple/dict held by one, refers to ``value`` or
-    to a view of it (``row = t[0]`` sees a later ``t[0] = v``)."""
+    to a view of it (``row = t[0]`` sees a later ``t[0] = v``).  ``const_views``: id -> (part, base) of
+    constants taken from constants by indexing (``z = zeros(n)[1:]``: views, though folded to constants)."""
     parts = set(map(id, value.items)) if isinstance(value, _Stacked) else set()
+    const_views = const_views or {}
 
     def views(v) -> bool:
-        while isinstance(v, (ssa.View, ssa.Index)):
-            v = v.base
+        while True:
+            if isinstance(v, (ssa.View, ssa.Index)):
+                v = v.base
+                continue
+            entry = const_views.get(id(v))
+            if entry is None or entry[0] is not v:
+                break
+            v = entry[1]
         return v is value or id(v) in parts
 
     def holds(v, depth=0):
