@@ -37,21 +37,12 @@ def test_huge_dense_compiled_result_is_refused_before_allocation(small_limit):
 
 
 def test_growing_sparse_result_buffers_stop_at_the_limit(small_limit):
-    # output='coo': entries are appended to buffers that grow
-    outer = sparsad.compile("sum(<i, a> in x) sum(<j, b> in y) { i -> { j -> a * b } }", output="coo")
+    outer = sparsad.compile("sum(<i, a> in x) sum(<j, b> in y) { i -> { j -> a * b } }")
     x = np.ones(20_000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DensifyWarning)
         with pytest.raises(MemoryLimitError, match="result buffers"):
             outer(x=x, y=x)
-
-
-def test_whole_rows_of_a_huge_result_are_refused_before_allocation(small_limit):
-    # every row written whole (codegen.pattern_outputs full rows): the dense rows are the result
-    outer = sparsad.compile("sum(<i, a> in x) sum(<j, b> in y) { i -> { j -> a * b } }")
-    x = np.ones(20_000)
-    with pytest.raises(MemoryLimitError, match="the dense result"):
-        outer(x=x, y=x)
 
 
 def test_out_format_dense_of_a_huge_sparse_result_is_refused(small_limit):
