@@ -28,6 +28,9 @@ import sys
 
 if "numba" not in sys.modules:
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+if "numpy" not in sys.modules:  # one BLAS thread: a threaded ddot waits on a preempted thread
+    for _blas_threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_blas_threads, "1")
 _XLA_SINGLE = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 if "jax" not in sys.modules and _XLA_SINGLE not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _XLA_SINGLE).strip()
@@ -913,6 +916,10 @@ def _serve(conn, quick: bool, fields: dict) -> None:
 
 
 def _single_threaded() -> None:
+    with contextlib.suppress(Exception):  # BLAS libraries loaded before the variables were set
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1)
     with contextlib.suppress(Exception):
         import numba
 
