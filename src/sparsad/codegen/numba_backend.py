@@ -530,9 +530,7 @@ class Kernel:
         self._quiet_sizes: tuple = (None, 0.0)
         # a result that is a number or one dense array, with no workspaces: the call has nothing to
         # decide (`_run_simple`); the kernel's parameters gathered by one C call
-        # (a dense-kind plan with a result_format, such as full rows returned as CSR, is not simple)
-        simple = plan.kind == "scalar" or (plan.kind == "dense" and plan.result_format is None)
-        self._simple = plan.kind if simple and not self._workspaces else None
+        self._simple = O.plain_kind(plan) if not self._workspaces else None
         self._gather = _gatherer(tuple(loops.params))
 
     @property

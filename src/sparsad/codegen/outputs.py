@@ -478,6 +478,15 @@ def output_return(plan: OutputPlan, depth: int) -> str:
 
 # ----- the Python side: buffers in, results out -----
 
+def plain_kind(plan: OutputPlan) -> str | None:
+    """"scalar" or "dense" when the result is the kernel's number, or one zeroed array of the result's
+    extents returned as it is (what `output_arguments` and `finish` do for these plans, written out
+    by `numba_backend.Kernel._run_simple`); None for every other plan, full rows included."""
+    if plan.kind == "scalar" or (plan.kind == "dense" and plan.result_format is None):
+        return plan.kind
+    return None
+
+
 def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dtype,
                      capacity: int, inputs: dict | None = None) -> tuple:
     """The values of output_params for one call (inputs: the prepared kernel inputs)."""
@@ -639,6 +648,7 @@ def _nested(typed, depth: int, leaf: str) -> dict:
     return result
 
 
-__all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "InputEntries", "input_entries", "entries_result", "choose_output", "row_loop",
+__all__ = ["OUTPUT_CHOICES", "DENSE_AUTO_LIMIT", "OutputPlan", "InputEntries", "input_entries", "entries_result",
+           "choose_output", "row_loop", "plain_kind",
            "output_params", "output_globals", "unsigned", "output_prologue", "output_accumulate", "row_epilogue",
            "output_return", "overflowed", "output_arguments", "finish", "input_pattern", "pattern_rows"]
