@@ -87,6 +87,9 @@ class CompiledProgram(Program):
                               f"{did_you_mean(unknown[0], OPTIONAL_PASSES)}")
         self.passes = frozenset(passes)
         self._build = build  # types -> logical expr (derivatives build per input types)
+        # a program's own value follows the interpreter's rule (a full matrix is dense); a
+        # derivative's type is fixed by types and formats (`ad.api.Derivative._natural_format`)
+        self._full_as_dense = build is None
         self._plans: dict[tuple, dict] = {}
         from sparsad.codegen.reuse import ConversionCache
 
@@ -313,6 +316,8 @@ class CompiledProgram(Program):
             else:
                 if out_format == "natural":
                     self._repeat = RepeatCall.record(self, inputs, plan, bound)
+                    if self._full_as_dense:
+                        result = full_as_dense(result)
                 return natural_result(_convert(result, plan, out_format), inputs, out_format)
         if plan["physical"] is None:
             value = evaluate(plan["logical"], arrays)
@@ -362,6 +367,8 @@ class CompiledProgram(Program):
         except UnsupportedError:  # the full path reports it (and runs the plan interpreted)
             self._repeat = None
             return MISS
+        if self._full_as_dense:
+            result = full_as_dense(result)
         if repeat.kind is None and not (repeat.dense and hasattr(result, "tocsr")):
             return result  # what natural_result returns for these kinds of inputs
         return natural_result(result, inputs, "natural")
@@ -524,6 +531,18 @@ def _short(text: str, limit: int = 60) -> str:
     """One line of at most `limit` characters, for warnings."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def full_as_dense(result: Any) -> Any:
+    """A program's sparse matrix result with every entry stored, as an ndarray: the interpreter's
+    natural rule (`lang.program.to_natural`: a full result is dense), so that compiled and
+    interpreted calls return one type (an SpMM whose rows are all reached is an ndarray both ways).
+    Derivatives keep their own rule (`ad.api.Derivative._natural_format`: by types, not values)."""
+    nnz = getattr(result, "nnz", None)
+    if nnz is None or getattr(result, "ndim", 0) != 2 or not hasattr(result, "toarray"):
+        return result
+    rows, columns = result.shape
+    return result.toarray() if nnz == rows * columns else result
 
 
 def _convert(result: Any, plan: dict, out_format: str) -> Any:

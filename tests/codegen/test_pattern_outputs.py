@@ -165,9 +165,10 @@ def test_spmm_results_are_assembled_in_full_rows(data, k):
     B = rng.standard_normal((A.shape[1], k))
     B[rng.random(B.shape) < 0.3] = 0.0
     compiled = sparsad.compile(SPMM)
-    result = compiled(A=A, B=B)
+    result = compiled(A=A, B=B, out_format="csr")  # natural: an ndarray when every row is written
+    assert type(compiled(A=A, B=B)) is type(sparsad.program(SPMM)(A=A, B=B))
     assert "output: dense -> rows" in compiled.show("code") and "w_mark" not in compiled.show("code")
-    workspace = sparsad.compile(SPMM, output="workspace")(A=A, B=B)
+    workspace = sparsad.compile(SPMM, output="workspace")(A=A, B=B, out_format="csr")
     interpreted = sparsad.program(SPMM).run(A=A, B=B)
     assert isinstance(result, sp.csr_matrix) and result.has_sorted_indices
     # the same entries as the row workspace (explicit zeros too), the same sums bit for bit
@@ -214,14 +215,14 @@ def test_constant_column_range_and_conditional_writes(data):
     A, rng = data
     B = rng.standard_normal((A.shape[1], 3))
     compiled = sparsad.compile(SPMM_BIASED)
-    result = compiled(A=A, B=B)
+    result = compiled(A=A, B=B, out_format="csr")
     assert "output: dense -> rows" in compiled.show("code")
     expected = np.zeros(A.shape[:1] + (3,))
     for i, k, a in entries(A):
         expected[i] += a * B[k] + 1.0
     np.testing.assert_allclose(result.toarray(), expected, rtol=1e-13, atol=1e-14)
     assert result.nnz == int((np.diff(A.indptr) > 0).sum()) * 3
-    got = sparsad.compile(SPMM_FIRST_TWO)(A=A, B=B)
+    got = sparsad.compile(SPMM_FIRST_TWO)(A=A, B=B, out_format="csr")
     np.testing.assert_allclose(got.toarray()[:, :2], A @ B[:, :2], rtol=1e-13, atol=1e-14)
     assert got.nnz == int((np.diff(A.indptr) > 0).sum()) * 2 and not got.toarray()[:, 2:].any()
 
