@@ -26,7 +26,8 @@ from sparsad.lang.fold import fold_exponents
 from sparsad.lang.interpret import evaluate
 from sparsad.lang.keyranges import check_lookups, key_checks
 from sparsad.lang.printer import to_text
-from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, program as make_program, to_natural
+from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, keep_float32, program as make_program, \
+    to_natural
 from sparsad.lang.syntax import Expr
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Dict, extents
@@ -331,9 +332,9 @@ class CompiledProgram(Program):
             # (not the hull of the keys the interpreter happened to write)
             from sparsad.formats import from_logical
 
-            return natural_result(from_logical(value, plan["shape"], "dense"), inputs, asked)
+            return natural_result(keep_float32(from_logical(value, plan["shape"], "dense"), inputs), inputs, asked)
         return value if out_format == "value" else \
-            natural_result(to_natural(value, plan["result_type"], out_format), inputs, asked)
+            natural_result(keep_float32(to_natural(value, plan["result_type"], out_format), inputs), inputs, asked)
 
     def repeat(self, inputs: Mapping[str, Any]) -> Any:
         """`call(inputs)` when the inputs match the last compiled call (`fastcall.RepeatCall`): the

@@ -23,7 +23,8 @@ from sparsad.formats.natural import natural_result
 from sparsad.formats.pattern import on_pattern
 from sparsad.formats.tensor import StoredTensor
 from sparsad.lang.names import all_names
-from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, program as make_program, to_natural
+from sparsad.lang.program import OUT_FORMATS, Program, bind_inputs, keep_float32, program as make_program, \
+    to_natural
 from sparsad.lang.syntax import Const, EmptyDict, Expr, Let, LetTuple, Sum, Var
 from sparsad.lang.typecheck import infer, value_type
 from sparsad.lang.types import Dict, Real, Type, Zero, extents, tensor_order, type_to_text
@@ -478,10 +479,11 @@ class Derivative(Program):
             # per input: the natural format of one wrt is not another's
             fmt = self._natural_format(wrt, inputs, result_type) if out_format == "natural" else out_format
             if fmt == "pattern":  # on the entries of an order-3+ sparse input, in its format
-                results[wrt] = natural_result(on_pattern(inputs[wrt], value), inputs, out_format)
+                results[wrt] = natural_result(keep_float32(on_pattern(inputs[wrt], value), inputs), inputs,
+                                              out_format)
                 continue
-            results[wrt] = value if fmt == "value" else natural_result(
-                self._shaped_zero(to_natural(value, result_type, fmt), wrt, inputs, fmt), inputs, out_format)
+            results[wrt] = value if fmt == "value" else natural_result(keep_float32(
+                self._shaped_zero(to_natural(value, result_type, fmt), wrt, inputs, fmt), inputs), inputs, out_format)
         return results
 
     def _warn_fallback(self, why: str) -> None:

@@ -167,19 +167,30 @@ class Program:
             return value
         from sparsad.formats.natural import natural_result  # results in the kind of the inputs
 
-        return natural_result(_keep_float32(to_natural(value, result_type, out_format), inputs), inputs, out_format)
+        return natural_result(keep_float32(to_natural(value, result_type, out_format), inputs), inputs, out_format)
 
 
-def _keep_float32(result: Any, inputs: Mapping[str, Any]) -> Any:
-    """An array result in float32 when every real array input is float32 (as compiled kernels)."""
-    astype = getattr(result, "astype", None)
-    if astype is None or getattr(result, "dtype", None) is None or result.dtype.kind != "f":
+def keep_float32(result: Any, inputs: Mapping[str, Any]) -> Any:
+    """An array result (ndarray, scipy matrix, StoredTensor, or a tuple of them) in float32 when
+    every real array input is float32, as compiled kernels give it: interpreted and compiled
+    calls of a program or derivative return one dtype."""
+    if isinstance(result, tuple):
+        return tuple(keep_float32(part, inputs) for part in result)
+    dtype = getattr(result, "dtype", None)
+    if dtype is None or getattr(dtype, "kind", "") != "f" or dtype == np.float32:
         return result
     reals = [getattr(v, "dtype", None) for v in inputs.values() if not isinstance(v, (int, float))]
     reals = [d for d in reals if d is not None and getattr(d, "kind", "") == "f"]
-    if reals and all(d == np.float32 for d in reals) and result.dtype != np.float32:
-        return astype(np.float32)
-    return result
+    if not reals or any(d != np.float32 for d in reals):
+        return result
+    from sparsad.formats import StoredTensor
+
+    if isinstance(result, StoredTensor):
+        fields = result.fields
+        fields[result.format.values] = result.values.astype(np.float32)
+        return StoredTensor._trusted(result.format, result.shape, fields)
+    astype = getattr(result, "astype", None)
+    return astype(np.float32) if astype is not None else result
 
 
 def unknown_function(expr: Expr, names) -> ProgramError | None:
