@@ -190,3 +190,28 @@ def test_a_loop_that_still_needs_the_entry_looks_the_function_up():
     inputs = {"M": {0: {0: 0.5, 2: -1.0}, 1: {}, 2: {1: 0.0, 3: 3.0}}, "n": 3}
     assert values_equal(evaluate(rewritten, inputs), evaluate(program, inputs), rtol=1e-14, atol=0)
     assert isinstance(rewritten, Let)
+
+
+STILL_READS_THE_ENTRY = """
+let H = sum(<i, r> in A) { i -> sum(<o, zo> in sum(<j, a> in r) a * X(j)) { o -> tanh(zo) } } in
+(sum(<i, r> in A) sum(<j, a> in r) sum(<o, v> in H(j)) a * v) +
+(sum(<i, r> in A) sum(<o, zo> in sum(<j, a> in r) a * X(j)) zo * tanh(zo))"""
+
+
+def test_compiled_lookups_of_stored_values_where_the_entry_is_still_read():
+    inputs = {k: v for k, v in _inputs(9, 3, 2, 2, 0.3, 0.3, 5).items() if k in ("A", "X")}
+    A, X = inputs["A"], inputs["X"]
+    value_program, _ = optimize(parse(STILL_READS_THE_ENTRY),
+                                {n: value_type(v) for n, v in inputs.items()},
+                                {"A": as_format(A, "csr", name="A"), "X": as_format(X, "dense", name="X")})
+    assert _calls(value_program, "tanh") == 1, to_text(value_program)
+    Z = A @ X
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sparsad.errors.FallbackWarning)
+        value = sparsad.compile(STILL_READS_THE_ENTRY)(**inputs)
+        grad = np.asarray(sparsad.grad(STILL_READS_THE_ENTRY, wrt="X")(**inputs, out_format="dense"))
+    T = np.tanh(Z)
+    assert value == pytest.approx(float(np.sum(A @ T) + np.sum(Z * T)), rel=1e-12)
+    column_sums = np.asarray(A.sum(axis=0)).ravel()
+    expected = A.T @ (column_sums[:, None] * (1 - T ** 2) + T + Z * (1 - T ** 2))
+    np.testing.assert_allclose(grad, expected, rtol=1e-10, atol=1e-12)

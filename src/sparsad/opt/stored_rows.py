@@ -173,7 +173,7 @@ class _Reuse:
         return map_children(e, lambda child: self.go(child, rows, lets, rebound))
 
     def _reuse(self, loop: Sum, rows: tuple[str, ...], lets: Mapping[str, Expr]) -> Expr:
-        if loop.key == "_" or loop.val == "_" or not rows:
+        if loop.val == "_" or not rows:
             return loop
         source = canonical(_expanded(loop.source, lets))
         for row in rows:
@@ -185,9 +185,11 @@ class _Reuse:
         """`loop`, whose source is the stored source at `row`, reading the stored values."""
         s = self.stored
         at_row = {n: Var(row) for n in s.row_names}
-        value = _renamed(s.value, {**at_row, s.key: Var(loop.key), s.val: Var(loop.val)})
+        key = loop.key if loop.key != "_" else self.fresh(s.key.split("_")[0] or "k")  # a key to look up at
+        value = _renamed(s.value, {**at_row, s.key: Var(key), s.val: Var(loop.val)})
         if not any(node == value for node in walk(loop.body)):
             return loop
+        loop = Sum(key, loop.val, loop.source, loop.body, span=loop.span)
         binders = frozenset({loop.key, loop.val, row} | free_vars(value))
         entry = self.fresh(loop.val.split("_")[0] or "v")
         body = _replace_all(loop.body, value, Var(entry), binders)
