@@ -36,7 +36,7 @@ from sparsad.opt.pipeline import OPTIONAL_PASSES, optimize
 from sparsad.opt.storage import physical_inputs
 
 STAGES = ("source", "sparsity", "storage", "fuse", "aggregate", "eqsat", "normalize", "fuse-normalized", "dps",
-          "cse", "hoist", "positions", "interchange", "optimized", "physical", "code")
+          "cse", "hoist", "stored_rows", "positions", "interchange", "optimized", "physical", "code")
 
 
 def _default_format(value: Any) -> str | None:

@@ -1,7 +1,7 @@
 """The order of the passes (∇SD Fig. 8): each a pure function Program -> Program.
 
-    sparsity -> storage -> fuse -> aggregate -> eqsat -> normalize -> fuse -> dps -> cse -> hoist -> positions
-    -> interchange -> transposed_lets
+    sparsity -> storage -> fuse -> aggregate -> eqsat -> normalize -> fuse -> dps -> cse -> hoist -> stored_rows
+    -> positions -> interchange -> transposed_lets
 
 `optimize` records every stage so that each can be shown and checked by the interpreter.
 """
@@ -23,11 +23,13 @@ from sparsad.opt.interchange import derived_types, interchange
 from sparsad.opt.normalize import normalize_products
 from sparsad.opt.positions import index_by_position
 from sparsad.opt.sparsity import propagate_sparsity
+from sparsad.opt.stored_rows import read_stored_rows
 from sparsad.opt.transposed_lets import read_transposed_lets
 from sparsad.opt.storage import compose_storage, loop_sizes, physical_inputs
 
 
-OPTIONAL_PASSES = frozenset({"aggregate", "eqsat", "normalize", "dps", "cse", "hoist", "positions", "interchange"})
+OPTIONAL_PASSES = frozenset({"aggregate", "eqsat", "normalize", "dps", "cse", "hoist", "stored_rows", "positions",
+                             "interchange"})
 
 
 def checked_stage(name: str, expr: Expr, types: Mapping[str, Type]) -> Expr:
@@ -91,6 +93,7 @@ def optimize(expr: Expr, types: Mapping[str, Type], stored: Mapping[str, Any],
         ("dps", "dps", lambda e: push_singletons_inward(e, physical_types)),
         ("cse", "cse", lambda e: eliminate_common_subexpressions(e, physical_types)),
         ("hoist", "hoist", lambda e: hoist_invariant_dictionaries(e, physical_types)),
+        ("stored_rows", "stored_rows", lambda e: read_stored_rows(e, physical_types)),
         ("positions", "positions", lambda e: index_by_position(e, physical_types)),
         ("interchange", "interchange", lambda e: interchange(e, physical_types)),
         ("interchange", "transposed_lets", lambda e: read_transposed_lets(e, physical_types)),
