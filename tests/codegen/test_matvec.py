@@ -155,3 +155,32 @@ def test_stride_of_splits_row_addresses():
     assert stride_of(Op("*", i, i), "i") is None
     assert stride_of(Op("-", Op("*", i, C), j), "i") is None
     assert stride_of(Op("+", Op("*", i, C), Op("*", i, C)), "i") is None
+
+
+LOGISTIC = "sum(<i, r> in X) softplus(-y(i) * sum(<j, a> in r) a * w(j))"
+LEAST_SQUARES = "sum(<i, r> in X) let z = (sum(<j, a> in r) a * w(j)) - y(i) in z * z"
+
+
+@_SETTINGS
+@given(rows=dims, cols=dims, seed=st.integers(0, 2**16))
+def test_dense_regression_gradients_split_into_two_products(rows, cols, seed):
+    """Each row's dot product is hoisted before the row loop (X @ w) and its scaled-row update
+    split off after it (weights @ X): the gradients equal NumPy's and the interpreter's."""
+    rng = np.random.default_rng(seed)
+    X, w, y = rng.standard_normal((rows, cols)), rng.standard_normal(cols), np.sign(rng.standard_normal(rows))
+    inputs = dict(X=X, w=w, y=y)
+    margin = y * (X @ w)
+    closed = {LOGISTIC: -X.T @ (y * np.exp(-np.logaddexp(0.0, margin))), LEAST_SQUARES: 2.0 * X.T @ (X @ w - y)}
+    for text, expected in closed.items():
+        scale = float(np.abs(X).sum() * (np.abs(X @ w).max(initial=0) + 2.0) + 1.0)
+        assert _close(_compiled("grad", text, "w", **inputs), expected, scale)
+        assert _close(_made("grad", text, "w", True)(**inputs), expected, scale)
+
+
+def test_regression_gradient_code_calls_both_products():
+    rng = np.random.default_rng(5)
+    X, w, y = rng.standard_normal((100, 80)), rng.standard_normal(80), rng.standard_normal(100)
+    g = sparsad.grad(LEAST_SQUARES, wrt="w")
+    assert np.allclose(g(X=X, w=w, y=y), 2.0 * X.T @ (X @ w - y), rtol=1e-12, atol=1e-10)
+    code = g.show("code")
+    assert "rt.matvec(" in code and "rt.vecmat(" in code

@@ -182,9 +182,9 @@ class _Rewriter:
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, For):
-            as_product = self.products.rewrite(s)
+            as_product = self.products.rewrite(s) or self.products.hoist(s) or self.products.scatter(s)
             if as_product is not None:  # the original nest stays for small sizes, rewritten as below
-                return IfThen(as_product.cond, as_product.then, (self._nest(s),))
+                return IfThen(as_product.cond, self.block(as_product.then), (self._nest(s),))
             return self._nest(s)
         if isinstance(s, IfThen):
             return IfThen(s.cond, self.block(s.then), self.block(s.orelse))

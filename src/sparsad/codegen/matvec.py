@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from sparsad.codegen.ir import Accumulate, Assign, For, IfThen, IRExpr, Load, Num, Op, Ref, Stmt
+from sparsad.codegen.ir import (AddTo, Accumulate, Assign, Fill, For, ForItems, IfThen, IRExpr, Load, Num, Op,
+                                Ref, Stmt)
 from sparsad.codegen.ir_reads import UNKNOWN, factors, plus, reads, substitute, times, trips
 
 # Below these sizes (rows * cols) the scalar nest beats a call into BLAS (bench/blas_nests.py:
@@ -62,6 +63,29 @@ class MatVec(IRExpr):
         names = frozenset({self.matrix, self.vector, *self.depends})
         return names.union(*(reads_of(e) for e in (self.start, self.rows, self.cols, self.stride,
                                                     self.vector_start)))
+
+
+@dataclass(frozen=True)
+class NewVector(IRExpr):
+    """A new float64 array of `length` (none when negative), filled by `Store`s."""
+    length: IRExpr
+
+    def emit(self, expr: Callable[[IRExpr], str]) -> str:
+        return f"np.empty(max({expr(self.length)}, 0), np.float64)"
+
+    def names_read(self, reads_of: Callable[[IRExpr], frozenset[str]]) -> frozenset[str]:
+        return reads_of(self.length)
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    """`array[index] = value` into a vector made by `NewVector` (index within its length)."""
+    array: str
+    index: IRExpr
+    value: IRExpr
+
+    def emit_lines(self, expr: Callable[[IRExpr], str]) -> list[str]:
+        return [f"{self.array}[{expr(self.index)}] = {expr(self.value)}"]
 
 
 def stride_of(address: IRExpr, var: str) -> tuple[IRExpr, IRExpr] | None:
@@ -154,24 +178,167 @@ class ProductNests:
         if product is None:
             return None
         total, minimum = product
-        name = f"_blas_{self.count}"
-        self.count += 1
+        name = self._name()
         kept_loop = loops[kept]
         result: IRExpr = Load(name, _offset(Ref(kept), kept_loop.start))
         for f in parts:
             if f is not matrix_read and f is not vector_read:
                 result = times(f, result)
         residual = For(kept, kept_loop.start, kept_loop.end, (replace(write, keys=keys, value=result),))
+        return IfThen(self._test(total, minimum), (Assign(name, total), residual), (outer,))
+
+    def hoist(self, outer: For) -> Stmt | None:
+        """The row loop with each inner loop that sums one row of a matrix against a vector into a
+        scalar (`acc += M[i*C + j] * x[j]`, the lowering of `sum(<j, a> in r) a * x(j)` inside a
+        row's expression) replaced by a read of one product computed before the loop, under a
+        size test (None when no inner loop qualifies). The product's reads must not change in the
+        loop: they read no name the loop binds or writes but the row variable."""
+        bound = _bound(outer.body) | {outer.var}
+        written = _written(outer.body)
+        before, body, tests = [], [], []
+        for stmt in outer.body:
+            hoisted = self._row_sum(stmt, outer, bound, written) if isinstance(stmt, For) else None
+            if hoisted is None:
+                body.append(stmt)
+                continue
+            assign, replacement, test = hoisted
+            before.append(assign)
+            body.append(replacement)
+            tests.append(test)
+        if not before:
+            return None
+        test = tests[0]
+        for more in tests[1:]:
+            test = Op("and", test, more)
+        return IfThen(test, (*before, replace(outer, body=tuple(body))), (outer,))
+
+    def _row_sum(self, inner: For, outer: For, bound: set[str], written: set[str]):
+        *assigns, add = inner.body or (None,)
+        if not isinstance(add, AddTo) or not all(isinstance(a, Assign) for a in assigns):
+            return None
+        if (reads(inner.start) | reads(inner.end)) & (bound | {UNKNOWN}):
+            return None
+        value = add.value
+        for a in reversed(assigns):
+            value = substitute(value, a.name, a.value)
+            if value is None:
+                return None
+        if add.name in reads(value):
+            return None
+        i, j = outer.var, inner.var
+        parts = factors(value)
+        with_j = [f for f in parts if j in reads(f)]
+        if len(with_j) != 2 or UNKNOWN in reads(value):
+            return None
+        matrix_read = next((f for f in with_j if i in reads(f)), None)
+        vector_read = next((f for f in with_j if i not in reads(f)), None)
+        if matrix_read is None or vector_read is None:
+            return None
+        changing = (bound - {i, j}) | written
+        if (reads(matrix_read) | reads(vector_read)) & changing:
+            return None  # the product would read a value the loop changes
+        product = self._product(matrix_read, vector_read, {i: outer, j: inner}, i, j)
+        if product is None:
+            return None
+        total, minimum = product
+        name = self._name()
+        result: IRExpr = Load(name, _offset(Ref(i), outer.start))
+        for f in parts:
+            if f is not matrix_read and f is not vector_read:
+                result = times(f, result)
+        return Assign(name, total), AddTo(add.name, result), self._test(total, minimum)
+
+    def scatter(self, outer: For) -> Stmt | None:
+        """The row loop with each inner loop that adds a scaled row of a matrix into a target
+        nothing in the loop reads (`out[j] += M[i*C + j] * w`, w free of j: the transposed
+        product of a backward pass) split off: the loop stores each row's weight w into a vector,
+        and one product of that vector with the matrix is added after it, under a size test
+        (None when no inner loop qualifies)."""
+        bound = _bound(outer.body) | {outer.var}
+        written = _written(outer.body)
+        read = _block_reads(outer.body)
+        before, body, after, tests = [], [], [], []
+        for stmt in outer.body:
+            split = (self._scaled_rows(stmt, outer, bound, written, read) if isinstance(stmt, For)
+                     and not before else None)  # one per loop: its weights fill one vector
+            if split is None:
+                body.append(stmt)
+                continue
+            weights, store, product, residual, test = split
+            before.append(weights)
+            body.append(store)
+            after += [product, residual]
+            tests.append(test)
+        if not before:
+            return None
+        return IfThen(tests[0], (*before, replace(outer, body=tuple(body)), *after), (outer,))
+
+    def _scaled_rows(self, inner: For, outer: For, bound: set[str], written: set[str], read: frozenset[str]):
+        *assigns, write = inner.body or (None,)
+        if not isinstance(write, Accumulate) or not all(isinstance(a, Assign) for a in assigns):
+            return None
+        if not self.commuting(write) or write.target in read or UNKNOWN in read:
+            return None  # something in the loop reads the target: its additions must stay in place
+        i, j = outer.var, inner.var
+        if (reads(inner.start) | reads(inner.end)) & (bound | {UNKNOWN}):
+            return None
+        value, keys = write.value, write.keys
+        for a in reversed(assigns):
+            value = substitute(value, a.name, a.value)
+            keys = tuple(substitute(k, a.name, a.value) for k in keys)
+            if value is None or any(k is None for k in keys):
+                return None
+        changing = (bound - {j}) | written  # names whose value differs after the loop
+        if any(reads(k) & (changing | {UNKNOWN}) for k in keys) or UNKNOWN in reads(value):
+            return None
+        parts = factors(value)
+        matrix_read = next((f for f in parts if {i, j} <= reads(f)), None)
+        if matrix_read is None or (reads(matrix_read) - {i, j}) & changing:
+            return None
+        later = [f for f in parts if f is not matrix_read and j in reads(f)]  # evaluated after the loop
+        weight = [f for f in parts if f is not matrix_read and j not in reads(f)]  # evaluated per row
+        if any(reads(f) & changing for f in later):
+            return None
+        vector = self._name()
+        product = self._block_product(matrix_read, vector, Num(0), {i: outer, j: inner}, j, i)
+        if product is None or not product[0].transposed:
+            return None
+        total, minimum = product
+        row_weight: IRExpr = Num(1.0)
+        for f in weight:
+            row_weight = times(f, row_weight)
+        name = self._name()
+        result: IRExpr = Load(name, _offset(Ref(j), inner.start))
+        for f in later:
+            result = times(f, result)
+        residual = For(j, inner.start, inner.end, (replace(write, keys=keys, value=result),))
+        return (Assign(vector, NewVector(trips(outer))), Store(vector, _offset(Ref(i), outer.start), row_weight),
+                Assign(name, total), residual, self._test(total, minimum))
+
+    def _name(self) -> str:
+        name = f"_blas_{self.count}"
+        self.count += 1
+        return name
+
+    @staticmethod
+    def _test(total: MatVec, minimum: int) -> IRExpr:
         test: IRExpr = Op("<=", Num(minimum), Op("*", total.rows, total.cols))
         if total.stride != total.cols:  # rows that overlap or leave gaps (a convolution) stay loops
             test = Op("and", test, Op("==", total.stride, total.cols))
-        return IfThen(test, (Assign(name, total), residual), (outer,))
+        return test
 
     def _product(self, matrix_read: IRExpr, vector_read: IRExpr, loops: dict[str, For], kept: str,
                  summed: str) -> tuple[MatVec, int] | None:
         vector = self.contiguous(vector_read, summed)
         if vector is None:
             return None
+        return self._block_product(matrix_read, vector[0], plus(vector[1], loops[summed].start), loops, kept,
+                                   summed)
+
+    def _block_product(self, matrix_read: IRExpr, vector_array: str, vector_start: IRExpr,
+                       loops: dict[str, For], kept: str, summed: str) -> tuple[MatVec, int] | None:
+        """The product of the block the matrix read sweeps with a vector (None when the read is
+        not a row-major block: stride 1 in one loop variable, an invariant stride in the other)."""
         for column_var, row_var in ((summed, kept), (kept, summed)):  # the matrix's stride-1 variable
             matrix = self.contiguous(matrix_read, column_var)
             if matrix is None:
@@ -187,16 +354,73 @@ class ProductNests:
             rows_loop, cols_loop = loops[row_var], loops[column_var]
             start = plus(plus(rest, times(rows_loop.start, stride)), cols_loop.start)
             transposed = column_var == kept  # summing down the columns: vector @ block
-            vector_array, vector_base = vector
             node = MatVec(matrix[0], start, trips(rows_loop), trips(cols_loop), stride, vector_array,
-                          plus(vector_base, loops[summed].start), transposed,
+                          vector_start, transposed,
                           tuple(sorted({self.container_of(matrix[0]), self.container_of(vector_array)})))
             return node, VECMAT_MIN_SIZE if transposed else MATVEC_MIN_SIZE
         return None
+
+
+def _bound(stmts) -> set[str]:
+    """Every name a block binds: assigned or summed names, loop variables (any depth)."""
+    names: set[str] = set()
+    for stmt in stmts:
+        match stmt:
+            case Assign(name=n) | AddTo(name=n):
+                names.add(n)
+            case For(var=v, body=b):
+                names |= {v} | _bound(b)
+            case ForItems(key=k, value=v, body=b):
+                names |= {k, v} | _bound(b)
+            case IfThen(then=t, orelse=o):
+                names |= _bound(t) | _bound(o)
+            case _ if not isinstance(stmt, (Accumulate, Fill, Store)):
+                names.add(UNKNOWN)  # a statement this module does not know
+    return names
+
+
+def _written(stmts) -> set[str]:
+    """Every container or output a block writes or empties (any depth)."""
+    names: set[str] = set()
+    for stmt in stmts:
+        match stmt:
+            case Accumulate(target=t):
+                names.add(t)
+            case Fill(container=c) | Store(array=c):
+                names.add(c)
+            case For(body=b) | ForItems(body=b):
+                names |= _written(b)
+            case IfThen(then=t, orelse=o):
+                names |= _written(t) | _written(o)
+    return names
+
+
+def _block_reads(stmts) -> frozenset[str]:
+    """Every name a block reads: in values, keys, bounds and the containers it iterates."""
+    names: set[str] = set()
+    for stmt in stmts:
+        match stmt:
+            case Assign(value=v) | AddTo(value=v):
+                names |= reads(v)
+            case Accumulate(keys=keys, value=v):
+                names |= reads(v).union(*(reads(k) for k in keys))
+            case For(start=a, end=b, body=body):
+                names |= reads(a) | reads(b) | _block_reads(body)
+            case ForItems(container=c, body=body):
+                names |= {c} | _block_reads(body)
+            case IfThen(cond=c, then=t, orelse=o):
+                names |= reads(c) | _block_reads(t) | _block_reads(o)
+            case Store(index=k, value=v):
+                names |= reads(k) | reads(v)
+            case Fill():
+                pass
+            case _:
+                names.add(UNKNOWN)
+    return frozenset(names)
 
 
 def _offset(var: Ref, start: IRExpr) -> IRExpr:
     return var if start == Num(0) else Op("-", var, start)
 
 
-__all__ = ["MATVEC_MIN_SIZE", "MatVec", "ProductNests", "VECMAT_MIN_SIZE", "stride_of"]
+__all__ = ["MATVEC_MIN_SIZE", "MatVec", "NewVector", "ProductNests", "Store", "VECMAT_MIN_SIZE", "stride_of"]
