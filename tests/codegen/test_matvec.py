@@ -184,3 +184,100 @@ def test_regression_gradient_code_calls_both_products():
     assert np.allclose(g(X=X, w=w, y=y), 2.0 * X.T @ (X @ w - y), rtol=1e-12, atol=1e-10)
     code = g.show("code")
     assert "rt.matvec(" in code and "rt.vecmat(" in code
+
+
+MATMUL = "sum(<i, r> in A) { i -> sum(<k, a> in r) a * B(k) }"
+
+
+@_SETTINGS
+@given(m=dims, k=dims, n=st.sampled_from([0, 1, 5, 30]), seed=st.integers(0, 2**16))
+def test_matrix_products_and_their_vjps(m, k, n, seed):
+    """A @ B and its vjps (A.T @ G: the summed loop outermost; G @ B.T: a transposed block) as
+    one gemm above the size test, per-row products or loops below it."""
+    rng = np.random.default_rng(seed)
+    A, B, G = rng.standard_normal((m, k)), rng.standard_normal((k, n)), rng.standard_normal((m, n))
+    scale = float(np.abs(A).sum() * np.abs(B).max(initial=0) + np.abs(G).sum() * (np.abs(A).max(initial=0)
+                                                                                 + np.abs(B).max(initial=0)) + 1.0)
+    value = _compiled("compile", MATMUL, None, A=A, B=B)
+    assert _close(value, A @ B, scale)
+    for wrt, closed in (("B", A.T @ G), ("A", G @ B.T)):
+        assert _close(_compiled("vjp", MATMUL, wrt, A=A, B=B, cotangent=G), closed, scale)
+        assert _close(_made("vjp", MATMUL, wrt, True)(A=A, B=B, cotangent=G), closed, scale)
+
+
+@given(shape=st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 6)), transposes=st.tuples(st.booleans(),
+       st.booleans()), gaps=st.tuples(st.integers(0, 2), st.integers(0, 2)), float32=st.booleans(),
+       seed=st.integers(0, 2**16))
+@settings(max_examples=40, deadline=None)
+def test_runtime_matrix_product_equals_numpy(shape, transposes, gaps, float32, seed):
+    rng = np.random.default_rng(seed)
+    m, k, n = shape
+    (a_t, b_t), blocks, flats = transposes, [], []
+    for (rows, cols), gap in zip(((k, m) if a_t else (m, k), (n, k) if b_t else (k, n)), gaps):
+        flat = rng.standard_normal(2 + rows * (cols + gap))
+        if float32:
+            flat = flat.astype(np.float32)
+        blocks.append(np.array([[float(flat[2 + r * (cols + gap) + t]) for t in range(cols)]
+                                for r in range(rows)]).reshape(rows, cols))
+        flats.append((flat, 2, rows, cols, cols + gap))
+    expected = (blocks[0].T if a_t else blocks[0]) @ (blocks[1].T if b_t else blocks[1])
+    got = rt.matmat(*flats[0], a_t, *flats[1], b_t)
+    assert got.dtype == np.float64 and got.shape == (m * n,)
+    tol = 1e-6 if float32 else 1e-12  # float32 operands multiply in float32 (as the scalar loops), sum in float64
+    assert np.allclose(got, expected.reshape(-1), rtol=tol, atol=tol)
+
+
+# -- the rules' refusals, on hand-built loop IR ------------------------------------------------------
+
+def _nests(commuting=lambda write: True) -> "ProductNests":
+    from sparsad.codegen.ir import Load as L, LocalGet as G
+    from sparsad.codegen.ir_reads import affine_base
+    from sparsad.codegen.matvec import ProductNests
+
+    def contiguous(read, var):
+        if isinstance(read, L) and not read.guarded:
+            base = affine_base(read.index, var)
+            return None if base is None else (read.array, base)
+        if isinstance(read, G) and read.proven:
+            base = affine_base(read.key, var)
+            return None if base is None else (f"{read.container}_val", base)
+        return None
+
+    return ProductNests(commuting, contiguous, lambda a: a[:-4] if a.endswith("_val") else a)
+
+
+def _row_read(array="M"):
+    from sparsad.codegen.ir import Load
+    return Load(array, Op("+", Op("*", Ref("i"), Ref("C")), Ref("j")))
+
+
+def test_rules_match_the_plain_shapes():
+    from sparsad.codegen.ir import Accumulate, AddTo, Assign, For, IfThen, Load
+    row_sum = For("i", Num(0), Ref("R"), (Assign("acc", Num(0.0)),
+                  For("j", Num(0), Ref("C"), (AddTo("acc", Op("*", _row_read(), Load("x", Ref("j")))),)),
+                  Accumulate("out", (Ref("i"),), Ref("acc"))))
+    assert isinstance(_nests().hoist(row_sum), IfThen)
+    scaled = For("i", Num(0), Ref("R"), (Assign("w", Load("u", Ref("i"))),
+                 For("j", Num(0), Ref("C"), (Accumulate("out", (Ref("j"),), Op("*", _row_read(), Ref("w"))),))))
+    assert isinstance(_nests().scatter(scaled), IfThen) and isinstance(_nests().rewrite(scaled), IfThen)
+
+
+def test_rules_refuse_reads_of_what_the_loop_writes():
+    from sparsad.codegen.ir import Accumulate, AddTo, Assign, Fill, For, Load, LocalGet
+    # the vector is a workspace the row loop refills: its product cannot move before the loop
+    refilled = For("i", Num(0), Ref("R"), (Fill("h"), Accumulate("h", (Ref("i"),), Num(1.0)), Assign("acc", Num(0.0)),
+                   For("j", Num(0), Ref("C"), (AddTo("acc", Op("*", _row_read(), LocalGet("h", Ref("j"), True))),)),
+                   Accumulate("out", (Ref("i"),), Ref("acc"))))
+    assert _nests().hoist(refilled) is None
+    # the target is read in the loop: its additions cannot move after it
+    read_back = For("i", Num(0), Ref("R"), (Assign("w", LocalGet("t", Ref("i"), True)),
+                    For("j", Num(0), Ref("C"), (Accumulate("t", (Ref("j"),), Op("*", _row_read(), Ref("w"))),))))
+    assert _nests().scatter(read_back) is None and _nests().rewrite(read_back) is None
+    # a target whose writes do not commute (a hash map, an ordered output) is left alone
+    plain = For("i", Num(0), Ref("R"), (For("j", Num(0), Ref("C"),
+                (Accumulate("out", (Ref("i"),), Op("*", _row_read(), Load("x", Ref("j")))),)),))
+    assert _nests().rewrite(plain) is not None and _nests(lambda write: False).rewrite(plain) is None
+    # rows that overlap (a convolution: x[i + j]) are not a matrix
+    conv = For("i", Num(0), Ref("R"), (For("j", Num(0), Ref("C"),
+               (Accumulate("out", (Ref("i"),), Op("*", Load("x", Op("+", Ref("i"), Ref("j"))), Load("f", Ref("j")))),)),))
+    assert _nests().rewrite(conv) is None

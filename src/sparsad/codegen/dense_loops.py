@@ -182,7 +182,8 @@ class _Rewriter:
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, For):
-            as_product = self.products.rewrite(s) or self.products.hoist(s) or self.products.scatter(s)
+            as_product = (self.products.matmat(s) or self.products.rewrite(s) or self.products.hoist(s)
+                          or self.products.scatter(s))
             if as_product is not None:  # the original nest stays for small sizes, rewritten as below
                 return IfThen(as_product.cond, self.block(as_product.then), (self._nest(s),))
             return self._nest(s)

@@ -37,6 +37,7 @@ from sparsad.codegen.ir_reads import UNKNOWN, factors, plus, reads, substitute, 
 # the row-sum nest loses from ~32 x 32 on, the scaled-row nest, which Numba vectorises, from ~64 x 64)
 MATVEC_MIN_SIZE = 2048
 VECMAT_MIN_SIZE = 4096
+MATMAT_MIN_SIZE = 8192  # rows * inner * cols of a matrix product (a gemm wins from ~32 x 16 x 16)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,40 @@ class Store(Stmt):
 
     def emit_lines(self, expr: Callable[[IRExpr], str]) -> list[str]:
         return [f"{self.array}[{expr(self.index)}] = {expr(self.value)}"]
+
+
+@dataclass(frozen=True)
+class Block:
+    """A row-major block of an array: block[r, t] = array[start + r * stride + t], rows x cols,
+    used transposed when `transposed` (the kernel's array name)."""
+    array: str
+    start: IRExpr
+    rows: IRExpr
+    cols: IRExpr
+    stride: IRExpr
+    transposed: bool
+
+    def code(self, expr: Callable[[IRExpr], str]) -> str:
+        return (f"{self.array}, {expr(self.start)}, {expr(self.rows)}, {expr(self.cols)}, {expr(self.stride)}, "
+                f"{self.transposed}")
+
+    def expressions(self) -> tuple[IRExpr, ...]:
+        return self.start, self.rows, self.cols, self.stride
+
+
+@dataclass(frozen=True)
+class MatMat(IRExpr):
+    """A new flat row-major float64 array: op(left) @ op(right) of two blocks."""
+    left: Block
+    right: Block
+    depends: tuple[str, ...] = ()
+
+    def emit(self, expr: Callable[[IRExpr], str]) -> str:
+        return f"rt.matmat({self.left.code(expr)}, {self.right.code(expr)})"
+
+    def names_read(self, reads_of: Callable[[IRExpr], frozenset[str]]) -> frozenset[str]:
+        names = frozenset({self.left.array, self.right.array, *self.depends})
+        return names.union(*(reads_of(e) for e in (*self.left.expressions(), *self.right.expressions())))
 
 
 def stride_of(address: IRExpr, var: str) -> tuple[IRExpr, IRExpr] | None:
@@ -186,6 +221,87 @@ class ProductNests:
                 result = times(f, result)
         residual = For(kept, kept_loop.start, kept_loop.end, (replace(write, keys=keys, value=result),))
         return IfThen(self._test(total, minimum), (Assign(name, total), residual), (outer,))
+
+    def matmat(self, outer: For) -> Stmt | None:
+        """A perfect nest of three loops adding `A[p, s] * B[s, q]` (times factors free of s) into
+        a target at keys of p and q, whatever the loop order and the blocks' orientations, as one
+        BLAS gemm and two loops adding its result, under a size test (None otherwise)."""
+        chain, level = [], outer
+        assigns: list[Assign] = []
+        for _ in range(3):
+            if not isinstance(level, For):
+                return None
+            *head, last = level.body or (None,)
+            if not all(isinstance(a, Assign) for a in head):
+                return None
+            chain.append(level)
+            assigns += head
+            level = last
+        write = level
+        if not isinstance(write, Accumulate) or not self.commuting(write):
+            return None
+        loops = {loop.var: loop for loop in chain}
+        bound = set(loops) | {a.name for a in assigns} | {UNKNOWN}
+        if any((reads(loop.start) | reads(loop.end)) & bound for loop in chain):
+            return None
+        value, keys = write.value, write.keys
+        for a in reversed(assigns):
+            value = substitute(value, a.name, a.value)
+            keys = tuple(substitute(k, a.name, a.value) for k in keys)
+            if value is None or any(k is None for k in keys):
+                return None
+        if write.target in reads(value) or UNKNOWN in reads(value) or any(UNKNOWN in reads(k) for k in keys):
+            return None
+        key_vars = [v for v in loops if any(v in reads(k) for k in keys)]
+        if len(key_vars) != 2:
+            return None
+        p, q = key_vars
+        summed = next(v for v in loops if v not in key_vars)
+        parts = factors(value)
+        with_s = [f for f in parts if summed in reads(f)]
+        left = next((f for f in with_s if p in reads(f) and q not in reads(f)), None)
+        right = next((f for f in with_s if q in reads(f) and p not in reads(f)), None)
+        if len(with_s) != 2 or left is None or right is None:
+            return None
+        left_block = self._block(left, (p, summed), loops)
+        right_block = self._block(right, (summed, q), loops)
+        if left_block is None or right_block is None:
+            return None
+        arrays = {self.container_of(left_block.array), self.container_of(right_block.array)}
+        total = MatMat(left_block, right_block, tuple(sorted(arrays)))
+        name = self._name()
+        width = trips(loops[q])
+        at = plus(times(_offset(Ref(p), loops[p].start), width), _offset(Ref(q), loops[q].start))
+        result: IRExpr = Load(name, at)
+        for f in parts:
+            if f is not left and f is not right:
+                result = times(f, result)
+        residual = For(p, loops[p].start, loops[p].end,
+                       (For(q, loops[q].start, loops[q].end, (replace(write, keys=keys, value=result),)),))
+        size = Op("*", Op("*", trips(loops[p]), trips(loops[summed])), width)
+        test: IRExpr = Op("<=", Num(MATMAT_MIN_SIZE), size)
+        for block in (left_block, right_block):
+            if block.stride != block.cols:
+                test = Op("and", test, Op("==", block.stride, block.cols))
+        return IfThen(test, (Assign(name, total), residual), (outer,))
+
+    def _block(self, read: IRExpr, shape: tuple[str, str], loops: dict[str, For]) -> Block | None:
+        """The block a read sweeps, oriented so that its rows run over shape[0] and its columns
+        over shape[1] (None when the read is not a row-major block in those variables)."""
+        for column_var, row_var in (shape[::-1], shape):
+            found = self.contiguous(read, column_var)
+            if found is None:
+                continue
+            split = stride_of(found[1], row_var)
+            if split is None or split[0] == Num(1):
+                continue
+            stride, rest = split
+            if (reads(stride) | reads(rest)) & (set(loops) | {UNKNOWN}):
+                continue
+            rows_loop, cols_loop = loops[row_var], loops[column_var]
+            start = plus(plus(rest, times(rows_loop.start, stride)), cols_loop.start)
+            return Block(found[0], start, trips(rows_loop), trips(cols_loop), stride, row_var != shape[0])
+        return None
 
     def hoist(self, outer: For) -> Stmt | None:
         """The row loop with each inner loop that sums one row of a matrix against a vector into a
@@ -423,4 +539,4 @@ def _offset(var: Ref, start: IRExpr) -> IRExpr:
     return var if start == Num(0) else Op("-", var, start)
 
 
-__all__ = ["MATVEC_MIN_SIZE", "MatVec", "NewVector", "ProductNests", "Store", "VECMAT_MIN_SIZE", "stride_of"]
+__all__ = ["Block", "MATMAT_MIN_SIZE", "MATVEC_MIN_SIZE", "MatMat", "MatVec", "NewVector", "ProductNests", "Store", "VECMAT_MIN_SIZE", "stride_of"]

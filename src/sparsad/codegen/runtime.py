@@ -233,7 +233,8 @@ def _blas_ready(a, x) -> bool:
 @overload(_product_rows, jit_options=dict(cache=True, nogil=True))
 def _product_rows_typed(a, a0, rows, cols, stride, x, x0):
     """BLAS dgemv on a C-contiguous float64 block whose rows follow each other (stride == cols);
-    any other case (float32, mixed dtypes, gaps between rows) a scalar loop in float64."""
+    any other case (float32, mixed dtypes, gaps between rows) a scalar loop summing in float64
+    (products in the operands' type, as in the loops it replaces)."""
     if not _blas_ready(a, x):
         return lambda a, a0, rows, cols, stride, x, x0: _rows_scalar(a, a0, rows, cols, stride, x, x0)
 
@@ -277,3 +278,65 @@ def vecmat(x, x0, a, a0, rows, cols, stride):
     if rows <= 0:
         return np.zeros(cols, np.float64)
     return _product_columns(x, x0, a, a0, rows, cols, stride)
+
+
+@njit(**_JIT)
+def _block_at(a, a0, rows, cols, stride, r, t):
+    return float(a[a0 + r * stride + t])
+
+
+@njit(**_JIT)
+def _matmat_scalar(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+    m = a_cols if a_t else a_rows
+    k = a_rows if a_t else a_cols
+    n = b_rows if b_t else b_cols
+    c = np.zeros(m * n, np.float64)
+    for p in range(m):
+        for s in range(k):
+            left = _block_at(a, a0, a_rows, a_cols, a_stride, s, p) if a_t else _block_at(a, a0, a_rows, a_cols, a_stride, p, s)
+            for q in range(n):
+                right = _block_at(b, b0, b_rows, b_cols, b_stride, q, s) if b_t else _block_at(b, b0, b_rows, b_cols, b_stride, s, q)
+                c[p * n + q] += left * right
+    return c
+
+
+def _product_blocks(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):  # Numba only
+    raise NotImplementedError
+
+
+@overload(_product_blocks, jit_options=dict(cache=True, nogil=True))
+def _product_blocks_typed(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+    """BLAS dgemm on C-contiguous float64 blocks whose rows follow each other (either transposed);
+    any other case a float64 scalar loop."""
+    if not _blas_ready(a, b):
+        return (lambda a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t:
+                _matmat_scalar(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t))
+
+    def through_blas(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+        if a_stride != a_cols or b_stride != b_cols:
+            return _matmat_scalar(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t)
+        left = a[a0:a0 + a_rows * a_cols].reshape((a_rows, a_cols))
+        right = b[b0:b0 + b_rows * b_cols].reshape((b_rows, b_cols))
+        if a_t and b_t:
+            return np.dot(left.T, right.T).reshape(-1)
+        if a_t:
+            return np.dot(left.T, right).reshape(-1)
+        if b_t:
+            return np.dot(left, right.T).reshape(-1)
+        return np.dot(left, right).reshape(-1)
+    return through_blas
+
+
+@njit(cache=True, nogil=True)
+def matmat(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+    """op(A) @ op(B) as a new flat row-major float64 array, where A[r, t] = a[a0 + r * a_stride + t]
+    (a_rows x a_cols), op transposes when the flag is set, and B likewise (codegen.matvec: a dense
+    matrix-matrix product of a loop nest)."""
+    m = a_cols if a_t else a_rows
+    k = a_rows if a_t else a_cols
+    n = b_rows if b_t else b_cols
+    if m <= 0 or n <= 0:
+        return np.zeros(max(m, 0) * max(n, 0), np.float64)
+    if k <= 0:
+        return np.zeros(m * n, np.float64)
+    return _product_blocks(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t)
