@@ -14,11 +14,15 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-from numba import njit
+if "numpy" not in sys.modules:  # single thread, as the corpus bench: both sides call the same BLAS
+    for _blas_threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_blas_threads, "1")
 
-from bench.common import best_time, plot_bars, print_table, write_csv
-from sparsad.codegen import runtime as rt
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
+
+from bench.common import best_time, plot_bars, print_table, write_csv  # noqa: E402
+from sparsad.codegen import runtime as rt  # noqa: E402
 
 SUITE = "blas_nests"
 
