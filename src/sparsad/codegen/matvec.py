@@ -1,24 +1,31 @@
-"""Dense matrix-vector products of loop nests through one BLAS call.
+"""Dense matrix products of loop nests through one BLAS call.
 
 A dense matrix is a flat row-major array in the loop IR, so `M @ v` lowers to a nest that sums
 one row at a time (`for i: for j: out[i] += M[i*C + j] * v[j]`) and `u @ M` to a nest that
 adds scaled rows (`for i: for j: out[j] += u[i] * M[i*C + j]`). Numba runs the first as a scalar
 reduction (it may not reorder floating additions), several times slower than BLAS `dgemv`.
+`ProductNests` rewrites four shapes of loops (`codegen.dense_loops` tries them on every loop):
 
-`product_nest` recognises such a perfect nest of two `For` loops, whatever the loop order and
-whether the matrix is read along its rows or its columns (`M[j*C + i]`), and rewrites it as
+- `matmat`: a perfect nest of three loops adding `A[p, s] * B[s, q]` at keys of p and q becomes
+  one `rt.matmat` (dgemm, either block transposed) and two loops adding its result;
+- `rewrite`: a perfect nest of two loops that is `M @ v` or `u @ M` (the matrix read along its
+  rows or its columns, `M[j*C + i]`) becomes
 
-    _blas_k = rt.matvec(M, m0, rows, cols, C, v, v0)      # or rt.vecmat: the transposed product
-    for kept in range(...): target[key(kept)] += f(kept) * _blas_k[kept - start]
+      _blas_k = rt.matvec(M, m0, rows, cols, C, v, v0)      # or rt.vecmat: the transposed product
+      for kept in range(...): target[key(kept)] += f(kept) * _blas_k[kept - start]
 
-under a run-time test of the block's size (small blocks keep the scalar nest, cheaper than a
+- `hoist`: a row loop's inner loop that sums a row against a vector into a scalar
+  (`acc += M[i*C + j] * x[j]`) reads one `rt.matvec` computed before the row loop;
+- `scatter`: a row loop's inner loop that adds a scaled row into a target nothing in the loop
+  reads stores the row's weight instead; one `rt.vecmat` after the loop adds the product.
+
+Each runs under a run-time test of the block's size (small blocks keep the loops, cheaper than a
 call) and that its rows follow each other (stride == cols: a column block of a wider matrix
-keeps the nest). It applies when the nest only accumulates into a target whose writes commute (the dense
-output or a plain real workspace, never read in the nest), the write's key depends on one loop
-variable (or none: a scalar), and the summed value is a product of the matrix read, one stride-1
-read in the summed variable, and factors free of the summed variable. Only the order of
-additions changes (rounding); `rt.matvec` calls BLAS on contiguous float64 blocks whose rows
-follow each other and runs a float64 scalar loop otherwise (float32 inputs, gaps between rows).
+keeps the loops). Targets are those whose writes commute (the dense output, a plain real
+workspace); the product never reads what the rewritten loops write. Only the order of additions
+changes (rounding); the runtime helpers call BLAS on contiguous float64 blocks and run scalar
+loops summing in float64 otherwise (float32 inputs, gaps between rows). Thresholds:
+bench/blas_nests.py; tests: tests/codegen/test_matvec.py.
 
 >>> from sparsad.codegen.ir import Op, Ref, Num
 >>> stride_of(Op("+", Op("*", Ref("i"), Ref("C")), Num(3)), "i")
