@@ -3,7 +3,7 @@
 Lowering keeps the loop order of the program, so a convolution's derivative iterates the long
 signal outside and the short filter inside (`for i < n: for k < m: out[k] += c[i] * x[i + k]`):
 every iteration adds into memory the previous one just wrote, and the sum over the long index
-never becomes a reduction. Two rewrites of the loop IR fix that, each guarded by a run-time
+never becomes a reduction. Three rewrites of the loop IR fix that, each guarded by a run-time
 test on the trip counts (sizes are known only when the kernel runs), so that the original loops
 still run where they are the better order:
 
@@ -14,6 +14,9 @@ still run where they are the better order:
   on v) into one fixed key becomes one call `rt.dot(a, base_a + start, b, base_b + start, n)`
   (BLAS `ddot` on contiguous float64 slices) once the trip count reaches `DOT_MIN_LENGTH`:
   shorter dot products stay scalar loops, cheaper than a call.
+- **matrix-vector products** (`codegen.matvec`): a two-loop nest that is `M @ v` or `u @ M` on a
+  dense row-major block becomes one BLAS gemv and a loop adding its result, tried first (the
+  nest it replaces still gets the two rewrites above for the sizes under its threshold).
 
 The rewrites change no value beyond rounding (BLAS and the interchanged order add in another
 order); tests/codegen/test_dense_loops.py checks them against the interpreter and NumPy.
@@ -32,9 +35,11 @@ from typing import Callable
 from sparsad.codegen import outputs as O
 from sparsad.codegen.ir import (OUTPUT, Accumulate, Assign, Choose, Fn, For, HasKey, IfThen, IRExpr, Length,
                                 Load, LocalGet, LoopProgram, Num, Op, Ref, RowGet, RowOf, Stmt, Unary)
+from sparsad.codegen.ir_reads import UNKNOWN, affine_base, factors, plus, reads, substitute, trips
+from sparsad.codegen.matvec import ProductNests
 from sparsad.lang.types import Dict, Real
 
-DOT_MIN_LENGTH = 256  # below it a scalar loop beats the call into BLAS (measured: ~25 ns per call)
+DOT_MIN_LENGTH = 128  # below it a scalar loop beats the call into BLAS (bench/blas_nests.py)
 TARGET_KINDS = ("dense", "scalar")  # output plans whose writes commute and add once per key
 
 
@@ -48,61 +53,13 @@ class Dot(IRExpr):
     right_start: IRExpr
     length: IRExpr
 
+    def names_read(self, reads_of: Callable[[IRExpr], frozenset[str]]) -> frozenset[str]:
+        return frozenset({self.left, self.right}).union(*(reads_of(e) for e in (self.left_start,
+                                                                                 self.right_start, self.length)))
+
     def emit(self, expr: Callable[[IRExpr], str]) -> str:
         return (f"rt.dot({self.left}, {expr(self.left_start)}, {self.right}, {expr(self.right_start)}, "
                 f"{expr(self.length)})")
-
-
-def reads(e: IRExpr) -> frozenset[str]:
-    """Every name an IR expression reads: variables, arrays and local containers."""
-    match e:
-        case Num():
-            return frozenset()
-        case Ref(name=n) | Length(array=n):
-            return frozenset({n})
-        case Op(left=l, right=r):
-            return reads(l) | reads(r)
-        case Unary(operand=o):
-            return reads(o)
-        case Fn(args=args):
-            return frozenset().union(*(reads(a) for a in args))
-        case Load(array=a, index=i):
-            return frozenset({a}) | reads(i)
-        case LocalGet(container=c, key=k) | HasKey(container=c, key=k) | RowOf(container=c, key=k):
-            return frozenset({c}) | reads(k)
-        case RowGet(container=c, row_key=r, key=k):
-            return frozenset({c}) | reads(r) | reads(k)
-        case Choose(cond=c, then=t, orelse=o):
-            return reads(c) | reads(t) | reads(o)
-        case Dot(left_start=a, right_start=b, length=n, left=l, right=r):
-            return frozenset({l, r}) | reads(a) | reads(b) | reads(n)
-    return frozenset({"<unknown>"})  # an expression this module does not know: depends on everything
-
-
-def affine_base(index: IRExpr, var: str) -> IRExpr | None:
-    """`base` when index == base + var with base free of var (a stride-1 read in var), else None."""
-    if index == Ref(var):
-        return Num(0)
-    match index:
-        case Op(op="+", left=l, right=r):
-            if var not in reads(r):
-                base = affine_base(l, var)
-                return None if base is None else _plus(base, r)
-            if var not in reads(l):
-                base = affine_base(r, var)
-                return None if base is None else _plus(l, base)
-        case Op(op="-", left=l, right=r) if var not in reads(r):
-            base = affine_base(l, var)
-            return None if base is None else Op("-", base, r)
-    return None
-
-
-def _plus(a: IRExpr, b: IRExpr) -> IRExpr:
-    if a == Num(0):
-        return b
-    if b == Num(0):
-        return a
-    return Op("+", a, b)
 
 
 class _Rewriter:
@@ -112,6 +69,13 @@ class _Rewriter:
                             if isinstance(t, Dict) and isinstance(t.value, Real)}
         self.output_ok = plan.kind in TARGET_KINDS and program.leaf == "real"
         self.plain = plain
+        self.products = ProductNests(self._commuting_target, self._contiguous, self._container_of)
+
+    def _container_of(self, array: str) -> str:
+        """The local container whose values array `array` is (`<name>_val`), or the input itself."""
+        if array.endswith("_val") and array[:-4] in self.containers:
+            return array[:-4]
+        return array
 
     # -- which writes commute --------------------------------------------------------------
 
@@ -133,7 +97,7 @@ class _Rewriter:
         for stmt in body:
             value_reads = reads(stmt.value) | (frozenset().union(*(reads(k) for k in stmt.keys))
                                                if isinstance(stmt, Accumulate) else frozenset())
-            if value_reads & (written | {"<unknown>"}):
+            if value_reads & (written | {UNKNOWN}):
                 return False
         return True
 
@@ -146,7 +110,7 @@ class _Rewriter:
         if not isinstance(inner, For) or not all(isinstance(a, Assign) for a in assigns):
             return None
         bound_outside = {loop.var} | {a.name for a in assigns}
-        if (reads(inner.start) | reads(inner.end)) & (bound_outside | {"<unknown>"}):
+        if (reads(inner.start) | reads(inner.end)) & (bound_outside | {UNKNOWN}):
             return None
         if inner.var in (reads(loop.start) | reads(loop.end)):
             return None
@@ -159,7 +123,7 @@ class _Rewriter:
             return None  # the swapped inner loop would stride through memory
         swapped = For(inner.var, inner.start, inner.end,
                       (For(loop.var, loop.start, loop.end, (*assigns, *inner.body)),))
-        shorter = Op("<", _trips(inner), _trips(loop))
+        shorter = Op("<", trips(inner), trips(loop))
         return IfThen(shorter, (swapped,), (loop,))
 
     # -- dot products -----------------------------------------------------------------------
@@ -186,26 +150,26 @@ class _Rewriter:
         if not self._commuting_target(write):
             return None
         varying = {loop.var} | {a.name for a in assigns}
-        if any(reads(k) & (varying | {"<unknown>"}) for k in write.keys):
+        if any(reads(k) & (varying | {UNKNOWN}) for k in write.keys):
             return None
         value = write.value
         for a in reversed(assigns):  # the written value in terms of the loop variable
-            value = _substitute(value, a.name, a.value)
+            value = substitute(value, a.name, a.value)
             if value is None:
                 return None
         if write.target in reads(value):
             return None  # the sum reads what it writes: its order matters
-        factors = _factors(value)
-        varying_factors = [f for f in factors if reads(f) & (varying | {"<unknown>"})]
+        parts = factors(value)
+        varying_factors = [f for f in parts if reads(f) & (varying | {UNKNOWN})]
         if len(varying_factors) != 2:
             return None
         operands = [self._contiguous(f, loop.var) for f in varying_factors]
         if any(o is None for o in operands):
             return None
         (left, left_base), (right, right_base) = operands
-        length = _trips(loop)
-        total: IRExpr = Dot(left, _plus(left_base, loop.start), right, _plus(right_base, loop.start), length)
-        for factor in factors:
+        length = trips(loop)
+        total: IRExpr = Dot(left, plus(left_base, loop.start), right, plus(right_base, loop.start), length)
+        for factor in parts:
             if factor not in varying_factors:
                 total = Op("*", factor, total)
         long_enough = Op("<=", Num(DOT_MIN_LENGTH), length)
@@ -218,16 +182,23 @@ class _Rewriter:
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, For):
-            swapped = self.interchange(s)
-            if swapped is not None:
-                fast, original = swapped.then[0], swapped.orelse[0]
-                return IfThen(swapped.cond, (self._loop(fast),), (self._loop(original),))
-            return self._loop(s)
+            as_product = (self.products.matmat(s) or self.products.rewrite(s) or self.products.hoist(s)
+                          or self.products.scatter(s))
+            if as_product is not None:  # the original nest stays for small sizes, rewritten as below
+                return IfThen(as_product.cond, self.block(as_product.then), (self._nest(s),))
+            return self._nest(s)
         if isinstance(s, IfThen):
             return IfThen(s.cond, self.block(s.then), self.block(s.orelse))
         if hasattr(s, "body"):
             return replace(s, body=self.block(s.body))
         return s
+
+    def _nest(self, s: For) -> Stmt:
+        swapped = self.interchange(s)
+        if swapped is not None:
+            fast, original = swapped.then[0], swapped.orelse[0]
+            return IfThen(swapped.cond, (self._loop(fast),), (self._loop(original),))
+        return self._loop(s)
 
     def _loop(self, loop: For) -> Stmt:
         loop = replace(loop, body=self.block(loop.body))
@@ -256,7 +227,7 @@ def _memory_indices(stmt: Stmt) -> list[tuple[IRExpr, ...]]:
                 for part in (c, t, o):
                     visit(part)
             case RowGet() | RowOf() | HasKey():
-                found.append((Ref("<unknown>"),))  # a hash lookup: never contiguous
+                found.append((Ref(UNKNOWN),))  # a hash lookup: never contiguous
 
     visit(stmt.value)
     if isinstance(stmt, Accumulate):
@@ -269,16 +240,12 @@ def _memory_indices(stmt: Stmt) -> list[tuple[IRExpr, ...]]:
 def _contiguous_or_fixed(index: tuple[IRExpr, ...], var: str) -> bool:
     """Whether consecutive values of var read consecutive addresses (or one address): var
     only in the last key, with stride 1."""
-    if any(var in reads(key) or "<unknown>" in reads(key) for key in index[:-1]):
+    if any(var in reads(key) or UNKNOWN in reads(key) for key in index[:-1]):
         return False
     if not index:
         return True
     last = reads(index[-1])
-    return "<unknown>" not in last and (var not in last or affine_base(index[-1], var) is not None)
-
-
-def _trips(loop: For) -> IRExpr:
-    return loop.end if loop.start == Num(0) else Op("-", loop.end, loop.start)
+    return UNKNOWN not in last and (var not in last or affine_base(index[-1], var) is not None)
 
 
 def _cheap(e: IRExpr) -> bool:
@@ -293,37 +260,6 @@ def _cheap(e: IRExpr) -> bool:
         case Load(index=i) | LocalGet(key=i):
             return _cheap(i)
     return False
-
-
-def _factors(e: IRExpr) -> list[IRExpr]:
-    if isinstance(e, Op) and e.op == "*":
-        return _factors(e.left) + _factors(e.right)
-    return [e]
-
-
-def _substitute(e: IRExpr, name: str, value: IRExpr) -> IRExpr | None:
-    """e with Ref(name) replaced by value (None inside expressions this module does not know)."""
-    match e:
-        case Ref(name=n):
-            return value if n == name else e
-        case Num() | Length():
-            return e
-        case Op(op=op, left=l, right=r):
-            left, right = _substitute(l, name, value), _substitute(r, name, value)
-            return None if left is None or right is None else Op(op, left, right)
-        case Unary(op=op, operand=o):
-            inner = _substitute(o, name, value)
-            return None if inner is None else Unary(op, inner)
-        case Fn(name=f, args=args):
-            new = [_substitute(a, name, value) for a in args]
-            return None if any(a is None for a in new) else Fn(f, tuple(new))
-        case Load(array=a, index=i, guarded=g):
-            index = _substitute(i, name, value)
-            return None if index is None else Load(a, index, g)
-        case LocalGet(container=c, key=k, proven=p):
-            key = _substitute(k, name, value)
-            return None if key is None else LocalGet(c, key, p)
-    return None
 
 
 def rewrite_dense_loops(program: LoopProgram, plan: O.OutputPlan, plain: frozenset[str]) -> LoopProgram:

@@ -307,6 +307,8 @@ class _Emitter:
                     zero = "0" if container.leaf == "int" else "0.0"
                     self.put(indent, f"_key = np.int64({k})",
                              f"{c}[_key] = {c}.get(_key, {zero}) + {self.expr(v)}")
+            case _ if hasattr(s, "emit_lines"):  # statements of optional rewrites (codegen.matvec.Store)
+                self.put(indent, *s.emit_lines(self.expr))
             case _:
                 raise TypeError(f"not an IR statement: {s!r}")
 

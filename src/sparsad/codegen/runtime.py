@@ -192,3 +192,151 @@ def dot(a, a0, b, b0, n):
     if n <= 0:
         return 0.0
     return _dot_slices(a, a0, b, b0, n)
+
+
+@njit(**_JIT)
+def _rows_scalar(a, a0, rows, cols, stride, x, x0):
+    y = np.zeros(rows, np.float64)
+    for r in range(rows):
+        total = 0.0
+        row = a0 + r * stride
+        for t in range(cols):
+            total += float(a[row + t]) * float(x[x0 + t])
+        y[r] = total
+    return y
+
+
+@njit(**_JIT)
+def _columns_scalar(x, x0, a, a0, rows, cols, stride):
+    z = np.zeros(cols, np.float64)
+    for r in range(rows):
+        weight = float(x[x0 + r])
+        row = a0 + r * stride
+        for t in range(cols):
+            z[t] += weight * float(a[row + t])
+    return z
+
+
+def _product_rows(a, a0, rows, cols, stride, x, x0):  # typed by the overload below (Numba only)
+    raise NotImplementedError
+
+
+def _product_columns(x, x0, a, a0, rows, cols, stride):  # typed by the overload below (Numba only)
+    raise NotImplementedError
+
+
+def _blas_ready(a, x) -> bool:
+    return (isinstance(a, types.Array) and isinstance(x, types.Array) and a.dtype == x.dtype == types.float64
+            and a.layout == "C" and x.layout == "C")
+
+
+@overload(_product_rows, jit_options=dict(cache=True, nogil=True))
+def _product_rows_typed(a, a0, rows, cols, stride, x, x0):
+    """BLAS dgemv on a C-contiguous float64 block whose rows follow each other (stride == cols);
+    any other case (float32, mixed dtypes, gaps between rows) a scalar loop summing in float64
+    (products in the operands' type, as in the loops it replaces)."""
+    if not _blas_ready(a, x):
+        return lambda a, a0, rows, cols, stride, x, x0: _rows_scalar(a, a0, rows, cols, stride, x, x0)
+
+    def through_blas(a, a0, rows, cols, stride, x, x0):
+        if stride != cols:
+            return _rows_scalar(a, a0, rows, cols, stride, x, x0)
+        return np.dot(a[a0:a0 + rows * cols].reshape((rows, cols)), x[x0:x0 + cols])
+    return through_blas
+
+
+@overload(_product_columns, jit_options=dict(cache=True, nogil=True))
+def _product_columns_typed(x, x0, a, a0, rows, cols, stride):
+    """x[x0:x0+rows] @ block, as `_product_rows`: BLAS dgemv (transposed) on contiguous float64."""
+    if not _blas_ready(a, x):
+        return lambda x, x0, a, a0, rows, cols, stride: _columns_scalar(x, x0, a, a0, rows, cols, stride)
+
+    def through_blas(x, x0, a, a0, rows, cols, stride):
+        if stride != cols:
+            return _columns_scalar(x, x0, a, a0, rows, cols, stride)
+        return np.dot(x[x0:x0 + rows], a[a0:a0 + rows * cols].reshape((rows, cols)))
+    return through_blas
+
+
+@njit(cache=True, nogil=True)
+def matvec(a, a0, rows, cols, stride, x, x0):
+    """y[r] = sum(a[a0 + r * stride + t] * x[x0 + t] for t < cols), r < rows: a new float64 array
+    (codegen.matvec: a dense matrix-vector product of a loop nest)."""
+    if rows <= 0:
+        return np.zeros(0, np.float64)
+    if cols <= 0:
+        return np.zeros(rows, np.float64)
+    return _product_rows(a, a0, rows, cols, stride, x, x0)
+
+
+@njit(cache=True, nogil=True)
+def vecmat(x, x0, a, a0, rows, cols, stride):
+    """z[t] = sum(x[x0 + r] * a[a0 + r * stride + t] for r < rows), t < cols: a new float64 array
+    (codegen.matvec: a vector-matrix product of a loop nest)."""
+    if cols <= 0:
+        return np.zeros(0, np.float64)
+    if rows <= 0:
+        return np.zeros(cols, np.float64)
+    return _product_columns(x, x0, a, a0, rows, cols, stride)
+
+
+@njit(**_JIT)
+def _block_at(a, a0, rows, cols, stride, r, t):
+    return float(a[a0 + r * stride + t])
+
+
+@njit(**_JIT)
+def _matmat_scalar(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+    m = a_cols if a_t else a_rows
+    k = a_rows if a_t else a_cols
+    n = b_rows if b_t else b_cols
+    c = np.zeros(m * n, np.float64)
+    for p in range(m):
+        for s in range(k):
+            left = _block_at(a, a0, a_rows, a_cols, a_stride, s, p) if a_t else _block_at(a, a0, a_rows, a_cols, a_stride, p, s)
+            for q in range(n):
+                right = _block_at(b, b0, b_rows, b_cols, b_stride, q, s) if b_t else _block_at(b, b0, b_rows, b_cols, b_stride, s, q)
+                c[p * n + q] += left * right
+    return c
+
+
+def _product_blocks(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):  # Numba only
+    raise NotImplementedError
+
+
+@overload(_product_blocks, jit_options=dict(cache=True, nogil=True))
+def _product_blocks_typed(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+    """BLAS dgemm on C-contiguous float64 blocks whose rows follow each other (either transposed);
+    any other case a float64 scalar loop."""
+    if not _blas_ready(a, b):
+        return (lambda a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t:
+                _matmat_scalar(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t))
+
+    def through_blas(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+        if a_stride != a_cols or b_stride != b_cols:
+            return _matmat_scalar(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t)
+        left = a[a0:a0 + a_rows * a_cols].reshape((a_rows, a_cols))
+        right = b[b0:b0 + b_rows * b_cols].reshape((b_rows, b_cols))
+        if a_t and b_t:
+            return np.dot(left.T, right.T).reshape(-1)
+        if a_t:
+            return np.dot(left.T, right).reshape(-1)
+        if b_t:
+            return np.dot(left, right.T).reshape(-1)
+        return np.dot(left, right).reshape(-1)
+    return through_blas
+
+
+@njit(cache=True, nogil=True)
+def matmat(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t):
+    """op(A) @ op(B) as a new flat row-major float64 array, where A[r, t] = a[a0 + r * a_stride + t]
+    (a_rows x a_cols), op transposes when the flag is set, and B likewise (codegen.matvec: a dense
+    matrix-matrix product of a loop nest)."""
+    m = a_cols if a_t else a_rows
+    k = a_rows if a_t else a_cols
+    n = b_rows if b_t else b_cols
+    if m <= 0 or n <= 0:
+        return np.zeros(max(m, 0) * max(n, 0), np.float64)
+    if k <= 0:
+        return np.zeros(m * n, np.float64)
+    return _product_blocks(a, a0, a_rows, a_cols, a_stride, a_t, b, b0, b_rows, b_cols, b_stride, b_t)
