@@ -345,7 +345,7 @@ class CompiledProgram(Program):
         found = repeat.arrays(self, inputs)
         if found is MISS:
             return MISS
-        arrays, prepared = found
+        arrays, prepared, proofs = found
         plan = repeat.plan
         kernel = plan["kernel"]
         if kernel is None:
@@ -359,12 +359,13 @@ class CompiledProgram(Program):
         self._last = self._this_thread.plan = plan
         try:
             if prepared:  # as `prepare` returned them on the first repeat (fastcall.RepeatCall.settle)
-                prepared = arrays
+                # the guard's answer, reused when nothing it reads can have changed (RepeatCall.passed)
+                result = kernel.run_prepared(arrays, dtype=repeat.dtype, passed=repeat.passed(kernel, arrays, proofs))
             else:
                 prepared = kernel.prepare(arrays)
                 if repeat.dtype is None:
                     repeat.settle(self, kernel, arrays, prepared)
-            result = kernel.run_prepared(prepared, dtype=repeat.dtype)
+                result = kernel.run_prepared(prepared, dtype=repeat.dtype)
         except UnsupportedError:  # the full path reports it (and runs the plan interpreted)
             self._repeat = None
             return MISS

@@ -35,9 +35,13 @@ result's dtype, and `Kernel.prepare` when it passed every array on unchanged and
 what it checks (a caller's own StoredTensor is always prepared: nothing else checks its arrays).
 
 A call that does not match (other names or order, another type, shape or dtype) takes the full
-path, which records a new `RepeatCall`. The kernel still runs its bounds guard on every call,
-and invalid inputs raise the same errors as on the full path (they fail the match or the
-conversion, which validates).
+path, which records a new `RepeatCall`. The kernel's bounds guard (`codegen.guard`) runs on every
+call but one kind: a prepared repeat whose stored inputs were all reused from the conversion
+cache, when the guard reads the contents only of arrays the cache vouches for (the conversion's
+own arrays and the fingerprinted index arrays: `codegen.reuse`) and the scalars are equal, gets
+the answer the guard gave such a call before (`RepeatCall.passed`): every input of that answer is
+provably what it was. Invalid inputs raise the same errors as on the full path (they fail the
+match or the conversion, which validates).
 
 >>> import numpy as np, scipy.sparse as sp, sparsad
 >>> spmv = sparsad.compile("sum(<i, r> in A) { i -> sum(<j, a> in r) a * x(j) }")
@@ -50,6 +54,7 @@ array([10.,  2.,  2.])
 """
 from __future__ import annotations
 
+from operator import is_
 from typing import Any, Mapping
 
 import numpy as np
@@ -65,7 +70,7 @@ class RepeatCall:
     """What a repeated call of one plan checks and does, per input (see the module docstring)."""
 
     __slots__ = ("names", "steps", "constants", "plan", "kind", "dense", "reorder", "shared", "unread", "dtype",
-                 "extra", "pinned")
+                 "extra", "pinned", "scalars", "guarded")
 
     def __init__(self, names: tuple, steps: tuple, constants: dict, plan: dict, kind: str | None, dense: bool):
         # steps, one per input in call order: (name, how, type, then per `how`)
@@ -84,6 +89,10 @@ class RepeatCall:
         self.dtype = None
         self.extra: tuple = ()
         self.pinned: dict | None = None
+        self.scalars = tuple(step[0] for step in steps if step[1] == _SCALAR)
+        # (the stored inputs' proofs, the scalars, the guard's answer) of a pinned call whose
+        # guard read only arrays proven unchanged (see `passed`)
+        self.guarded: tuple | None = None
 
     @classmethod
     def record(cls, program: Any, inputs: Mapping[str, Any], plan: dict, bound: Mapping[str, tuple]) \
@@ -152,15 +161,18 @@ class RepeatCall:
         self.extra = tuple(name for name in arrays if name not in prepared)
         self.pinned = pinned
 
-    def arrays(self, program: Any, inputs: Mapping[str, Any]) -> tuple[dict, bool] | Any:
-        """(the kernel's arrays for `inputs`, whether they are prepared already: see `settle`), or
-        MISS when the inputs do not match the record."""
+    def arrays(self, program: Any, inputs: Mapping[str, Any]) -> tuple[dict, bool, tuple | None] | Any:
+        """(the kernel's arrays for `inputs`, whether they are prepared already: see `settle`, and
+        the proofs of the stored inputs: per stored input in step order, the fields of its
+        stored form the conversion cache vouches for (`ConversionCache.proven`), None when one
+        was not reused from the cache), or MISS when the inputs do not match the record."""
         if len(inputs) != len(self.names) or tuple(inputs) != self.names:
             return MISS
         arrays = dict(self.constants)
         tensors = {} if self.shared else None
         pinned = self.pinned
         prepared = pinned is not None
+        proofs: list | None = []
         for name, how, kind, expected, detail, key in self.steps:
             value = inputs[name]
             if type(value) is not kind:
@@ -176,6 +188,10 @@ class RepeatCall:
                 arrays[key] = value if value.ndim == 1 else value.reshape(-1)
             else:
                 tensor = program._conversions.reused(name, value, program.formats.get(name)) if detail else None
+                if tensor is None:
+                    proofs = None
+                elif proofs is not None:
+                    proofs.append(program._conversions.proven(name, tensor))
                 bound = program._bound(name, tensor if tensor is not None else program._store_one(name, value))
                 if bound[1] != expected:
                     return MISS
@@ -195,7 +211,33 @@ class RepeatCall:
         if prepared:
             for name in self.extra:
                 arrays.pop(name, None)
-        return arrays, prepared
+        return arrays, prepared, (tuple(proofs) if proofs is not None else None)
+
+    def passed(self, kernel: Any, arrays: dict, proofs: tuple | None) -> tuple | None:
+        """The guard's answer (`Kernel.checked`) for a prepared call's `arrays`, reused from an
+        earlier call of this record when it cannot differ.
+
+        The guard's answer is a function of the contents of the arrays it `reads`, the lengths
+        of arrays and the scalars. On a prepared call every stored input is its pinned bound
+        form (the same array objects); when each was reused from the conversion cache with the
+        same proof as then (the fields whose contents cannot have changed: `codegen.reuse`), the
+        guard reads only proven fields, and the scalars are equal, every one of those is what it
+        was, dense inputs' lengths being pinned by their steps. A pattern result's row pointers
+        (made per call, returned to the caller) are never reused."""
+        memo = self.guarded
+        scalars = tuple(arrays.get(name) for name in self.scalars) if self.scalars else ()  # (None: not taken)
+        if memo is not None and proofs is not None and len(proofs) == len(memo[0]) and \
+                all(map(is_, proofs, memo[0])) and scalars == memo[1]:
+            sizes, extents = memo[2]
+            return list(sizes), list(extents), None
+        answer = kernel.checked(arrays)
+        if answer is None or answer[2] is not None or proofs is None:
+            return answer
+        proven = {f"{name}_{field}" for (name, how, *_), fields in
+                  zip((step for step in self.steps if step[1] == _STORED), proofs) for field in fields}
+        if kernel.guard_reads <= proven:
+            self.guarded = (proofs, scalars, (tuple(answer[0]), tuple(answer[1])))
+        return answer
 
 
 def _read_arrays(plan: dict) -> frozenset | None:

@@ -77,3 +77,19 @@ def test_a_converted_copy_changed_in_place_is_seen():
     assert smv(A=A, x=x) == pytest.approx(float((A @ x).sum()), rel=1e-5)
     A.data[0] += 1.0
     assert smv(A=A, x=x) == pytest.approx(float((A @ x).sum()), rel=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["int8", "uint8", "int16", "int32", "uint32", "int64"]),
+       st.lists(st.integers(0, 127), min_size=1, max_size=37), st.integers(0, 36), st.integers(1, 100),
+       st.integers(1, 3))
+def test_content_hash_of_every_integer_width_and_of_strided_views(dtype, values, where, delta, step):
+    # narrow integers are read as 64-bit words plus the elements after the last whole word;
+    # a strided view is read through a contiguous copy of it
+    a = np.array(values, dtype=dtype)
+    b = a.copy()
+    b[where % len(a)] = (int(b[where % len(a)]) + delta) % 128
+    assert (content_hash(a) != content_hash(b)) == (not np.array_equal(a, b))
+    strided = np.repeat(a, step)[::step]
+    assert content_hash(strided) == content_hash(a)
+    assert content_hash(a.astype(np.float64)) != content_hash(b.astype(np.float64)) or np.array_equal(a, b)

@@ -155,5 +155,10 @@ def build_guard(kernel) -> Callable[[dict], tuple | None]:
     exec(compile(source, "<sparsad guard>", "exec"), namespace)  # noqa: S102 - our own source
     guard = namespace["guard"]
     guard.source = source
+    # the parameters whose contents (not only lengths) the checks read: a caller that knows
+    # those are unchanged since a call the guard passed may reuse that call's answer
+    # (fastcall.RepeatCall.passed)
+    guard.reads = frozenset([name for kind, name in (k for k in em.names if isinstance(k, tuple))
+                             if kind == "array"] + ([plan.pattern[1]] if plan.kind == "pattern" else []))
     return guard
 

@@ -597,14 +597,17 @@ class Kernel:
         then reads or writes outside an array."""
         return self.run_prepared(self.prepare(inputs), validate)
 
-    def run_prepared(self, prepared: Mapping[str, Any], validate: bool = True, dtype: np.dtype | None = None):
+    def run_prepared(self, prepared: Mapping[str, Any], validate: bool = True, dtype: np.dtype | None = None,
+                     passed: tuple | None = None):
         """`run` on inputs as `prepare` returns them (by parameter name). `dtype`: the result's
         dtype when the caller knows it already (`_dtype` of these inputs: it depends on their
-        dtypes only, e.g. fixed per signature of a repeated call)."""
+        dtypes only, e.g. fixed per signature of a repeated call). `passed`: what the guard
+        returned for these very inputs (`checked`), when the caller has it already."""
         loops, plan = self.loops, self.plan
         # every check of the call in one straight-line function (codegen.guard); when it does not
         # vouch for the inputs, the node-by-node path below raises the FormatError naming them
-        passed = self._checked(prepared) if validate else None
+        if passed is None:
+            passed = self._checked(prepared) if validate else None
         if passed is not None and self._simple is not None:
             return self._run_simple(prepared, passed, dtype)
         if passed is not None:  # the guard lists workspace sizes in self._workspaces' order
@@ -682,6 +685,20 @@ class Kernel:
 
             self._guard = build_guard(self)
         return self._guard(prepared)
+
+    def checked(self, prepared) -> tuple | None:
+        """The guard's answer for `prepared` (by parameter name): (workspace sizes, extents,
+        pattern indptr) when every check passes, else None (`run_prepared` then raises)."""
+        return self._checked(prepared)
+
+    @property
+    def guard_reads(self) -> frozenset:
+        """The parameters whose contents the guard reads (the others: their lengths at most)."""
+        if self._guard is None:
+            from sparsad.codegen.guard import build_guard
+
+            self._guard = build_guard(self)
+        return self._guard.reads
 
     def _check_slowly(self, prepared, validate: bool):
         """The checks node by node (bounds.evaluate): raises FormatError naming the input."""

@@ -73,7 +73,10 @@ class Format:
 
     @property
     def is_dense(self) -> bool:
-        return all(isinstance(level, Dense) for level in self.levels)
+        cached = self.__dict__.get("_is_dense")  # immutable: computed once (read on every call)
+        if cached is None:
+            cached = self.__dict__["_is_dense"] = all(isinstance(level, Dense) for level in self.levels)
+        return cached
 
     def describe(self) -> str:
         levels = ", ".join(kind(level) + ("" if level.unique else "(non-unique)")
