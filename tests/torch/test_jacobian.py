@@ -336,3 +336,36 @@ def test_detection_sees_dependencies_whose_derivative_vanishes_at_x(m, n, densit
     for mode in MODES:
         torch.testing.assert_close(sat.jacobian(f, y, pattern=J, mode=mode).to_dense(), torch.func.jacfwd(f)(y),
                                    rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=8, deadline=None)
+@given(side=st.integers(2, 7), seed=st.integers(0, 2**31), grad_x=st.booleans())
+def test_reverse_mode_batched_backward_equals_the_public_batched_grad(side, seed, grad_x):
+    """The compressed VJPs call the autograd engine under PyTorch's batching directly: bit for bit what
+    torch.autograd.grad(is_grads_batched=True) gives, with x requiring grad (differentiable result)
+    or not, and the same Jacobian as dense jacfwd."""
+    import sys
+
+    jacobian_module = sys.modules["sparsad.torch.jacobian"]
+    residual = poisson_residual(side)
+    u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(seed), requires_grad=grad_x)
+    pattern = sat.SparseMatrix.from_scipy(poisson_pattern(side)).pattern
+    direct = sat.jacobian(residual, u, pattern=pattern, mode="reverse")
+    saved, jacobian_module._ENGINE_BATCHING = jacobian_module._ENGINE_BATCHING, None
+    try:
+        public = sat.jacobian(residual, u, pattern=pattern, mode="reverse")
+    finally:
+        jacobian_module._ENGINE_BATCHING = saved
+    assert saved is not None and torch.equal(direct.values, public.values)
+    assert direct.values.requires_grad == grad_x
+    torch.testing.assert_close(direct.to_dense().detach(), torch.func.jacfwd(residual)(u.detach()),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_function_returning_a_tensor_of_its_own_has_a_zero_jacobian(mode):
+    """f ignores x and returns a closed-over leaf requiring grad (no graph node of its own): every
+    entry is zero, in every mode, and nothing fails on the missing graph."""
+    p = torch.randn(3, dtype=f64, requires_grad=True)
+    J = sat.jacobian(lambda z: p, torch.randn(4, dtype=f64), pattern=sp.csr_matrix(np.ones((3, 4))), mode=mode)
+    assert torch.equal(J.values.detach(), torch.zeros(12, dtype=f64))

@@ -164,24 +164,69 @@ def _gathered(pattern: CSRPattern, kind: str, stacked: torch.Tensor, gather: np.
               x: torch.Tensor) -> SparseMatrix:
     from sparsad.torch.linalg import _index
 
-    return SparseMatrix._wrap(pattern, stacked.reshape(-1)[_index(gather, x.device, pattern, f"gather_{kind}")])
+    # index_select, not `flat[index]`: advanced indexing enters a parallel region even for a few
+    # thousand entries, which under load waits for a descheduled worker thread (measured 20 ms per call)
+    positions = _index(gather, x.device, pattern, f"gather_{kind}")
+    return SparseMatrix._wrap(pattern, stacked.reshape(-1).index_select(0, positions))
 
 
 def _reaches_other_leaves(y: torch.Tensor, leaf: torch.Tensor) -> bool:
     """Whether y's autograd graph reads a tensor that requires grad other than `leaf` (f closes over
     parameters, or `leaf` is itself computed from x requiring grad): then the compressed VJPs must
     be differentiable themselves (create_graph)."""
-    seen, stack = set(), [y.grad_fn]
+    global _ACCUMULATE_GRAD
+    if _ACCUMULATE_GRAD is None:  # the node type of a leaf's gradient accumulator
+        probe = torch.zeros(1, requires_grad=True)
+        _ACCUMULATE_GRAD = type(probe.view_as(probe).grad_fn.next_functions[0][0])
+    if y.grad_fn is None:  # y is a leaf itself (f returned a tensor of its own requiring grad)
+        return y is not leaf
+    seen, stack = {y.grad_fn}, [y.grad_fn]
     while stack:
         node = stack.pop()
-        if node is None or node in seen:
+        if type(node) is _ACCUMULATE_GRAD:
+            if node.variable is not leaf:
+                return True
             continue
-        seen.add(node)
-        variable = getattr(node, "variable", None)
-        if variable is not None and variable is not leaf:
-            return True
-        stack.extend(next_node for next_node, _ in node.next_functions)
+        for next_node, _ in node.next_functions:
+            if next_node is not None and next_node not in seen:
+                seen.add(next_node)
+                stack.append(next_node)
     return False
+
+
+_ACCUMULATE_GRAD = None
+
+
+def _batched_vjps(y: torch.Tensor, leaf: torch.Tensor, seeds: torch.Tensor, create_graph: bool):
+    """(colours, n) VJPs of y with each row of `seeds`, in one batched backward pass (None when y does
+    not reach `leaf`). What `torch.autograd.grad(..., is_grads_batched=True)` does, without its
+    per-call Python (argument normalisation, pytree flattening: 10% of a call at n = 1024); plain
+    tensors only (a subclass may override `grad`), and the public call whenever PyTorch's internals
+    differ from those of the versions this was written against."""
+    if type(y) is torch.Tensor and type(leaf) is torch.Tensor and _ENGINE_BATCHING is not None:
+        increment, decrement, add_batch_dim, remove_batch_dim, run_backward = _ENGINE_BATCHING
+        level = increment()
+        try:
+            grad = run_backward((y,), (add_batch_dim(seeds, 0, level),), True, create_graph, (leaf,), True,
+                                accumulate_grad=False)[0]
+            return None if grad is None else remove_batch_dim(grad, level, seeds.shape[0], 0)
+        finally:
+            decrement()
+    return torch.autograd.grad(y, leaf, seeds, retain_graph=True, create_graph=create_graph,
+                               is_grads_batched=True, allow_unused=True)[0]
+
+
+def _engine_batching():
+    try:
+        from torch.autograd.graph import _engine_run_backward
+
+        return (torch._C._vmapmode_increment_nesting, torch._C._vmapmode_decrement_nesting,
+                torch._add_batch_dim, torch._remove_batch_dim, _engine_run_backward)
+    except (ImportError, AttributeError):  # pragma: no cover - another PyTorch: the public call
+        return None
+
+
+_ENGINE_BATCHING = _engine_batching()
 
 
 def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix:
@@ -205,8 +250,7 @@ def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
         stacked = None
         if seeds.numel() <= VMAP_MAX_ENTRIES:
             try:  # all compressed products in one batched backward pass
-                stacked = torch.autograd.grad(y, leaf, seeds, retain_graph=True, create_graph=create_graph,
-                                              is_grads_batched=True, allow_unused=True)[0]
+                stacked = _batched_vjps(y, leaf, seeds, create_graph)
             except (RuntimeError, NotImplementedError):  # a backward formula without a batching rule
                 stacked = None
         if stacked is None:  # large, unbatchable, or x unused (None): one product at a time
