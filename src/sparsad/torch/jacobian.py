@@ -20,6 +20,10 @@ Example:
 """
 from __future__ import annotations
 
+import re
+import types
+import warnings
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -229,6 +233,87 @@ def _engine_batching():
 _ENGINE_BATCHING = _engine_batching()
 
 
+def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix | None:
+    """Compressed VJPs from `sparsad.coarsen`: the gradient of sum(w * f(x)) in x, generated
+    symbolically and compiled once per signature, called once per row colour with that colour's
+    seed as w. Coarsening guards every value the trace read (f's code and defaults, its globals and
+    closure cells, by content or identity), so a changed f or a changed value it reads gives a new
+    trace, never a stale result. None when coarsening refuses f (after a warning naming f's line):
+    the caller takes compressed autograd VJPs instead."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    if not isinstance(f, types.FunctionType):
+        _coarsen_refused(f, f"mode='coarsen' needs a Python function, got {type(f).__name__}")
+        return None
+    state = _COARSENED.get(f)
+    if state is None:
+        import sparsad.coarsen as coarsen
+
+        def weighted_sum(x, w):
+            return torch.sum(w * f(1 * x))  # f gets a tensor of its own (autograd's leaf stays unchanged)
+
+        weighted_sum.__name__ = weighted_sum.__qualname__ = f"weighted_sum_of_{f.__name__}"
+        coarse = coarsen.Coarsened(weighted_sum)
+        state = _COARSENED[f] = (coarse, coarsen.grad(coarse, argnums=0), set())
+    coarse, gradient, refused = state
+    signature = (x.shape, x.dtype, x.device)
+    if signature in refused:
+        return None
+    colours, gather = compression_plan(pattern, "reverse")
+    seeds = _colour_seeds(pattern, colours, x)
+    point = x.detach().clone()  # f may update its input in place (coarsening refuses it; autograd runs it)
+    disabled = len(coarse._disabled)
+    rows = []
+    with warnings.catch_warnings(record=True) as caught:  # (coarsening warns once per signature it refuses)
+        warnings.simplefilter("always", CoarsenFallbackWarning)
+        for seed in seeds:
+            rows.append(gradient(point, seed))
+            if len(coarse._disabled) > disabled:  # refused: its gradients came from plain autograd
+                refused.add(signature)
+                break
+    for warning in caught:
+        if issubclass(warning.category, CoarsenFallbackWarning):
+            _coarsen_refused(f, str(warning.message))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if signature in refused:
+        return None
+    return _gathered(pattern, "reverse", torch.stack(rows), gather, x)
+
+
+def _coarsen_refused(f: Callable, message: str) -> None:
+    """Coarsening's fallback warning, attributed to f's line: coarsening names the wrapper it traced
+    (in this file) with the line number of the construct it refused, which is f's when it lies in
+    f's source, else (a construct of the wrapper, or of a helper elsewhere) f's first line is named."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    code = getattr(f, "__code__", None)
+    filename = code.co_filename if code is not None else "<unknown>"
+    first = code.co_firstlineno if code is not None else 0
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=first) if code else first
+    match = re.search(r":(\d+): (.*)$", message)
+    line, reason = (int(match.group(1)), match.group(2)) if match else (first, message)
+    if not first <= line <= last:
+        line = first
+    warnings.warn_explicit(f"sparsad.torch.jacobian(mode='coarsen'): {getattr(f, '__name__', 'f')} is not coarsened "
+                           f"({filename}:{line}: {reason}); compressed autograd VJPs instead",
+                           CoarsenFallbackWarning, filename, line)
+
+
+def _colour_seeds(pattern: CSRPattern, colours: np.ndarray, x: torch.Tensor) -> list[torch.Tensor]:
+    """Each row colour's seed as a tensor of its own (a row of the stacked seeds would be a new view
+    object per call, which coarsening's calls convert to NumPy again); never handed to user code."""
+    cache = pattern.__dict__.setdefault("_torch_colour_seeds", {})
+    key = (x.dtype, x.device)
+    if key not in cache:
+        cache[key] = [seed.clone() for seed in _seeds(pattern, "reverse", colours, x)]
+    return cache[key]
+
+
+#: f -> (its coarsened weighted sum, that sum's gradient function, signatures coarsening refused)
+_COARSENED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix:
     """Row colouring and compressed VJPs: one evaluation of f with its graph, then one batched
     backward pass with every row colour's seed (rows sharing a column get different colours)."""
@@ -315,6 +400,13 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     reverse for small products (cheaper per operation in PyTorch) and forward for large ones;
     forward inside torch.func transforms. Both modes give
     derivatives that autograd can differentiate further (f may close over tensors requiring grad).
+    "coarsen" (opt-in): the reverse mode's products from `sparsad.coarsen`, which differentiates f
+    symbolically into compiled code (one call per row colour, no autograd graph): for functions it
+    accepts (elementwise arithmetic and static slices of x; see docs/coarsen.md), called many times
+    with the same f (its first call traces and compiles, up to seconds; plain autograd serves the
+    calls until the compiled code is ready). Where coarsening refuses f it warns once, naming f's
+    line, and reverse mode runs; reverse mode also runs when x requires grad under grad mode (the
+    compiled gradient is not differentiable) and forward mode inside torch.func transforms.
 
     >>> import torch, sparsad.torch as st
     >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
@@ -322,8 +414,8 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     tensor([[2., 0.],
             [0., 4.]], dtype=torch.float64)
     """
-    if mode not in ("auto", "forward", "reverse"):
-        raise InputError(f"mode must be 'auto', 'forward' or 'reverse', got {mode!r}")
+    if mode not in ("auto", "forward", "reverse", "coarsen"):
+        raise InputError(f"mode must be 'auto', 'forward', 'reverse' or 'coarsen', got {mode!r}")
     wrapped = isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x)
     x = _check_x(x)
     if pattern is None:
@@ -332,6 +424,12 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
             raise InputError("f must return a 1-D tensor")
         pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, (y.shape[0], x.shape[0]))
     pattern = _as_pattern(pattern, (None, x.shape[0]))
+    if mode == "coarsen" and not wrapped and pattern.nnz:
+        if not (x.requires_grad and torch.is_grad_enabled()):
+            coarsened = _coarsened(f, x, pattern)
+            if coarsened is not None:
+                return coarsened
+        mode = "reverse"
     if pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
         return _reverse(f, x, pattern)
     fast_f = _with_scalar_operands(f)
