@@ -558,3 +558,13 @@ def test_coarsen_mode_sees_a_global_tensor_starting_to_require_grad():
         torch.testing.assert_close(ours, theirs)
     finally:
         _WEIGHTS.requires_grad_(False)
+
+
+def test_coarsen_mode_reports_a_pattern_that_does_not_fit_f_as_reverse_mode_does():
+    def f(u):
+        return u[1:] * u[:-1]
+
+    x = torch.arange(1.0, 7.0, dtype=f64)
+    for mode in ("coarsen", "coarsen"):  # the second call: after a first one that failed
+        with pytest.raises(ShapeError, match="rows"):
+            sat.jacobian(f, x, pattern=sp.eye(4, 6, format="csr"), mode=mode)

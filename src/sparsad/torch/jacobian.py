@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 import types
 import warnings
-import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -245,7 +244,7 @@ def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, patte
     if not isinstance(f, types.FunctionType):
         _coarsen_refused(f, f"mode='coarsen' needs a Python function, got {type(f).__name__}")
         return None
-    state = _COARSENED.get(f)
+    state = _COARSENED.pop(f, None)
     if state is None:
         import sparsad.coarsen as coarsen
 
@@ -254,30 +253,42 @@ def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, patte
 
         weighted_sum.__name__ = weighted_sum.__qualname__ = f"weighted_sum_of_{f.__name__}"
         coarse = coarsen.Coarsened(weighted_sum)
-        state = _COARSENED[f] = (coarse, coarsen.grad(coarse, argnums=0), set())
-    coarse, gradient, refused = state
-    signature = (x.shape, x.dtype, x.device)
+        state = (coarse, coarsen.grad(coarse, argnums=0), set(), set())
+    _COARSENED[f] = state  # (the most recently used last)
+    if len(_COARSENED) > COARSENED_FUNCTIONS:
+        _COARSENED.pop(next(iter(_COARSENED)), None)
+    coarse, gradient, refused, served = state
+    signature = (x.shape, x.dtype, x.device, pattern.shape[0])
     if signature in refused:
         return None
     colours, gather = compression_plan(pattern, "reverse")
     seeds = _colour_seeds(pattern, colours, x)
-    point = x.detach().clone()  # f may update its input in place (coarsening refuses it; autograd runs it)
+    # x itself: the wrapper hands f a copy (`1 * x`) wherever f runs, and coarsening keeps a NumPy
+    # view per tensor object (a fresh detached tensor per call would need a new one)
+    point = x.detach() if x.requires_grad else x
     disabled = len(coarse._disabled)
-    rows = []
-    with warnings.catch_warnings(record=True) as caught:  # (coarsening warns once per signature it refuses)
-        warnings.simplefilter("always", CoarsenFallbackWarning)
-        for seed in seeds:
-            rows.append(gradient(point, seed))
-            if len(coarse._disabled) > disabled:  # refused: its gradients came from plain autograd
-                refused.add(signature)
-                break
-    for warning in caught:
-        if issubclass(warning.category, CoarsenFallbackWarning):
-            _coarsen_refused(f, str(warning.message))
-        else:
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    if signature in refused:
+    if signature in served:  # (coarsening has warned, if ever, on this signature's first call)
+        rows = [gradient(point, seed) for seed in seeds]
+    else:
+        rows = []
+        with warnings.catch_warnings(record=True) as caught:  # (coarsening warns once per signature it refuses)
+            warnings.simplefilter("always", CoarsenFallbackWarning)
+            try:
+                for seed in seeds:
+                    rows.append(gradient(point, seed))
+                    if len(coarse._disabled) > disabled:  # refused: its gradients came from plain autograd
+                        break
+            except Exception:  # f failed under autograd (e.g. its output does not fit the pattern's rows):
+                return None    # reverse mode runs it again and raises the error in full
+        for warning in caught:
+            if issubclass(warning.category, CoarsenFallbackWarning):
+                _coarsen_refused(f, str(warning.message))
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if len(coarse._disabled) > disabled:  # refused now, or the machinery failed later (it warned)
+        refused.add(signature)
         return None
+    served.add(signature)
     return _gathered(pattern, "reverse", torch.stack(rows), gather, x)
 
 
@@ -310,8 +321,11 @@ def _colour_seeds(pattern: CSRPattern, colours: np.ndarray, x: torch.Tensor) -> 
     return cache[key]
 
 
-#: f -> (its coarsened weighted sum, that sum's gradient function, signatures coarsening refused)
-_COARSENED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+#: f -> (its coarsened weighted sum, that sum's gradient function, signatures coarsening refused,
+#: signatures it served), for the COARSENED_FUNCTIONS functions used last. Held strongly (the
+#: wrapper refers to f anyway, so weak keys would never be dropped), hence the bound.
+_COARSENED: dict = {}
+COARSENED_FUNCTIONS = 16
 
 
 def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix:
