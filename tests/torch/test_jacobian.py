@@ -568,3 +568,24 @@ def test_coarsen_mode_reports_a_pattern_that_does_not_fit_f_as_reverse_mode_does
     for mode in ("coarsen", "coarsen"):  # the second call: after a first one that failed
         with pytest.raises(ShapeError, match="rows"):
             sat.jacobian(f, x, pattern=sp.eye(4, 6, format="csr"), mode=mode)
+
+
+def test_coarsen_mode_never_broadcasts_an_output_of_the_wrong_shape():
+    """sum(w * f(x)) would broadcast a scalar or (1,)-shaped output against the seeds: refused, with
+    reverse mode's ShapeError, also when f's code changes to such an output after a compiled call."""
+    from sparsad.coarsen import tiers
+
+    pattern = sp.diags([1.0, 1.0], [0, 1], shape=(5, 6)).tocsr()
+    x = torch.arange(1.0, 7.0, dtype=f64)
+
+    def f(u):
+        return u[1:] * u[:-1]
+
+    sat.jacobian(f, x, pattern=pattern, mode="coarsen")
+    tiers.wait()
+    torch.testing.assert_close(sat.jacobian(f, x, pattern=pattern, mode="coarsen").to_dense(),
+                               torch.func.jacfwd(f)(x))
+    for other in (lambda u: torch.sum(u[1:] * u[:-1]), lambda u: torch.sum(u[1:] * u[:-1]) * torch.ones(1, dtype=f64)):
+        f.__code__ = other.__code__
+        with pytest.raises(ShapeError, match="rows"):
+            sat.jacobian(f, x, pattern=pattern, mode="coarsen")

@@ -249,7 +249,10 @@ def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, patte
         import sparsad.coarsen as coarsen
 
         def weighted_sum(x, w):
-            return torch.sum(w * f(1 * x))  # f gets a tensor of its own (autograd's leaf stays unchanged)
+            y = f(1 * x)  # f gets a tensor of its own (autograd's leaf stays unchanged)
+            if y.shape != w.shape:  # (static while tracing: a traced f whose y would broadcast is refused)
+                raise ShapeError("f's output does not have the pattern's rows")
+            return torch.sum(w * y)
 
         weighted_sum.__name__ = weighted_sum.__qualname__ = f"weighted_sum_of_{f.__name__}"
         coarse = coarsen.Coarsened(weighted_sum)
