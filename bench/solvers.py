@@ -375,6 +375,63 @@ def jacobian_table(quick: bool) -> list[dict]:
     return rows
 
 
+def jacobian_coarsen_table(quick: bool) -> list[dict]:
+    """Colouring Jacobian of a 1-D Bratu residual written with slices (which coarsening accepts;
+    the 2-D Poisson residual above reshapes and pads, which it refuses): sparsad.torch mode
+    "coarsen" (compressed VJPs from coarsening's compiled gradient, one call per row colour) and
+    mode "reverse" (compressed VJPs by PyTorch autograd) vs dense torch jacfwd where it fits.
+    Steady state: the coarsened code is compiled before timing (`coarsen_first_s` is the first
+    call, served by autograd while the compile runs in the background). Bounds as in
+    `jacobian_table`: dense / one evaluation of f is the most any method built on evaluating f in
+    PyTorch can reach; the coarsened code never evaluates f in PyTorch."""
+    from sparsad.coarsen import tiers
+    from sparsad.ops.colouring import compression_plan
+    from sparsad.torch import SparseMatrix, jacobian
+
+    rows = []
+    for n in ([256, 1024, 4096, 10**6] if quick else [256, 1024, 4096, 65536, 10**6]):
+        def residual(u):
+            return 2 * u[1:-1] - u[:-2] - u[2:] + 0.01 * torch.exp(u[1:-1]) * u[2:]
+
+        structure = SparseMatrix.from_scipy(sp.diags([np.ones(n - 2)] * 3, [0, 1, 2], shape=(n - 2, n)).tocsr()).pattern
+        u = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+        cotangent = torch.randn(n - 2, dtype=torch.float64)
+        start = time.perf_counter()
+        jacobian(residual, u, pattern=structure, mode="coarsen")
+        coarsen_first_s = time.perf_counter() - start
+        tiers.wait()
+        for _ in range(2):  # the first call after the compile checks the compiled code against autograd
+            jacobian(residual, u, pattern=structure, mode="coarsen")
+
+        def one_vjp():
+            leaf = u.detach().requires_grad_(True)
+            return torch.autograd.grad(residual(leaf), leaf, cotangent)[0]
+
+        contenders = {}
+        dense_runs = n <= 4096
+        if dense_runs:
+            contenders["dense"] = lambda: torch.func.jacfwd(residual)(u)
+            contenders["settle"] = lambda: residual(u)
+            check = torch.func.jacfwd(residual)(u)
+            for mode in ("coarsen", "reverse"):
+                if not torch.allclose(jacobian(residual, u, pattern=structure, mode=mode).to_dense(), check,
+                                      rtol=1e-12, atol=1e-12):
+                    raise AssertionError(f"mode {mode} differs from dense jacfwd at n = {n}")
+        contenders.update({"coarsen": lambda: jacobian(residual, u, pattern=structure, mode="coarsen"),
+                           "reverse": lambda: jacobian(residual, u, pattern=structure, mode="reverse"),
+                           "f": lambda: residual(u), "vjp": one_vjp})
+        times = interleaved_medians(contenders, rounds=25 if n <= 65536 else 5, budget_s=30,
+                                    block=4 if n <= 65536 else 2)
+        dense_s = times.get("dense", float("nan"))
+        rows.append({"n": n, "colours_rows": int(compression_plan(structure, "reverse")[0].max()) + 1,
+                     "f_torch_s": times["f"], "vjp_torch_s": times["vjp"], "ours_coarsen_s": times["coarsen"],
+                     "ours_reverse_s": times["reverse"], "coarsen_first_s": coarsen_first_s, "dense_torch_s": dense_s,
+                     "dense_over_coarsen": dense_s / times["coarsen"], "dense_over_reverse": dense_s / times["reverse"],
+                     "bound_torch": dense_s / times["f"], "reverse_over_coarsen": times["reverse"] / times["coarsen"],
+                     "load_1min": round(os.getloadavg()[0], 1)})
+    return rows
+
+
 def _jacobian_summary(rows: list[dict]) -> None:
     for row in rows:
         if row["dense_torch_s"] == row["dense_torch_s"]:
@@ -461,6 +518,9 @@ def _main(quick: bool) -> None:
     tables["jacobian"] = jacobian_table(quick)
     print_table(tables["jacobian"])
     _jacobian_summary(tables["jacobian"])
+    print("\nColouring Jacobian of a 1-D Bratu residual (slices): mode 'coarsen' vs 'reverse' vs dense jacfwd")
+    tables["jacobian_coarsen"] = jacobian_coarsen_table(quick)
+    print_table(tables["jacobian_coarsen"])
     print("\nColouring Hessian of a Poisson energy: star vs distance-1 colouring, vs dense")
     tables["hessian"] = hessian_table(quick)
     print_table(tables["hessian"])

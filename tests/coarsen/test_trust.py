@@ -476,3 +476,29 @@ def test_partial_objects_fingerprint_by_their_function_and_arguments():
     assert fingerprint(functools.partial(base, c=2.0)) == fingerprint(functools.partial(base, c=2.0))
     assert fingerprint(functools.partial(base, c=2.0)) != fingerprint(functools.partial(base, c=3.0))
     assert fingerprint(functools.partial(base, 2.0)) != fingerprint(functools.partial(base, 3.0))
+
+
+_SCALE = torch.tensor([1.5, -2.0], dtype=torch.float64)
+
+
+def _scaled_energy(x):
+    return torch.sum(x * x) * _SCALE[1]
+
+
+def test_a_global_tensor_starting_to_require_grad_is_not_baked_in():
+    """A plan traced while a global tensor did not require grad baked it in as a constant; once it
+    requires grad, the plan must not serve (its gradient would be silently lost): the call falls back
+    to autograd with the usual warning, and the gradient reaches the tensor."""
+    global _SCALE
+    saved = _SCALE
+    _SCALE = saved.clone()
+    try:
+        energy = coarsen.symbolic(_scaled_energy)
+        x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        energy(x).backward()
+        _SCALE.requires_grad_(True)
+        with pytest.warns(CoarsenFallbackWarning, match="requires grad"):
+            energy(x).backward()
+        assert _SCALE.grad is not None and torch.allclose(_SCALE.grad, torch.tensor([0.0, 5.25], dtype=torch.float64))
+    finally:
+        _SCALE = saved

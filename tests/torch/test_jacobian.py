@@ -1,6 +1,8 @@
 """Colouring Jacobians and Hessians against dense torch.func.jacfwd / hessian (float64)."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -336,3 +338,254 @@ def test_detection_sees_dependencies_whose_derivative_vanishes_at_x(m, n, densit
     for mode in MODES:
         torch.testing.assert_close(sat.jacobian(f, y, pattern=J, mode=mode).to_dense(), torch.func.jacfwd(f)(y),
                                    rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=8, deadline=None)
+@given(side=st.integers(2, 7), seed=st.integers(0, 2**31), grad_x=st.booleans())
+def test_reverse_mode_batched_backward_equals_the_public_batched_grad(side, seed, grad_x):
+    """The compressed VJPs call the autograd engine under PyTorch's batching directly: bit for bit what
+    torch.autograd.grad(is_grads_batched=True) gives, with x requiring grad (differentiable result)
+    or not, and the same Jacobian as dense jacfwd."""
+    import sys
+
+    jacobian_module = sys.modules["sparsad.torch.jacobian"]
+    residual = poisson_residual(side)
+    u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(seed), requires_grad=grad_x)
+    pattern = sat.SparseMatrix.from_scipy(poisson_pattern(side)).pattern
+    direct = sat.jacobian(residual, u, pattern=pattern, mode="reverse")
+    saved, jacobian_module._ENGINE_BATCHING = jacobian_module._ENGINE_BATCHING, None
+    try:
+        public = sat.jacobian(residual, u, pattern=pattern, mode="reverse")
+    finally:
+        jacobian_module._ENGINE_BATCHING = saved
+    assert saved is not None and torch.equal(direct.values, public.values)
+    assert direct.values.requires_grad == grad_x
+    torch.testing.assert_close(direct.to_dense().detach(), torch.func.jacfwd(residual)(u.detach()),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_function_returning_a_tensor_of_its_own_has_a_zero_jacobian(mode):
+    """f ignores x and returns a closed-over leaf requiring grad (no graph node of its own): every
+    entry is zero, in every mode, and nothing fails on the missing graph."""
+    p = torch.randn(3, dtype=f64, requires_grad=True)
+    J = sat.jacobian(lambda z: p, torch.randn(4, dtype=f64), pattern=sp.csr_matrix(np.ones((3, 4))), mode=mode)
+    assert torch.equal(J.values.detach(), torch.zeros(12, dtype=f64))
+
+
+# -- mode="coarsen": compressed VJPs from coarsening's compiled gradient -----------------------------
+
+def _banded_pattern(m: int, n: int, offsets) -> sp.csr_matrix:
+    return sp.diags([np.ones(m)] * len(offsets), list(offsets), shape=(m, n)).tocsr()
+
+
+def _compiled_calls_only(f, x, pattern, monkeypatch, compile_first=True):
+    """J from mode="coarsen" once coarsening's compiled code is ready, checking that neither plain
+    autograd nor the batched backward pass was used for it."""
+    from sparsad.coarsen import tiers
+
+    if compile_first:
+        sat.jacobian(f, x, pattern=pattern, mode="coarsen")
+        tiers.wait()
+        sat.jacobian(f, x, pattern=pattern, mode="coarsen")  # (the first call after the compile checks it)
+    module = sys.modules["sparsad.torch.jacobian"]
+    with monkeypatch.context() as patch:
+        def refuse(*args, **kwargs):
+            raise AssertionError("autograd was used")
+
+        patch.setattr(torch.autograd, "grad", refuse)
+        patch.setattr(module, "_batched_vjps", refuse)
+        return sat.jacobian(f, x, pattern=pattern, mode="coarsen")
+
+
+@settings(max_examples=4, deadline=None)
+@given(n=st.integers(5, 40), a=st.floats(0.5, 3.0), seed=st.integers(0, 2**31))
+def test_coarsen_mode_matches_jacfwd_on_banded_nonlinear_residuals(n, a, seed):
+    """A 1-D residual of slices with nonlinear terms (coarsening accepts it): every call, during
+    warm-up (autograd inside coarsening) and from the compiled code, equals dense jacfwd."""
+    def residual(u):
+        return a * u[1:-1] - u[:-2] * torch.sin(u[2:]) + 0.1 * torch.exp(u[1:-1]) * u[2:] ** 2
+
+    x = torch.randn(n, dtype=f64, generator=torch.Generator().manual_seed(seed))
+    pattern = _banded_pattern(n - 2, n, (0, 1, 2))
+    for _ in range(2):
+        torch.testing.assert_close(sat.jacobian(residual, x, pattern=pattern, mode="coarsen").to_dense(),
+                                   torch.func.jacfwd(residual)(x), rtol=1e-12, atol=1e-12)
+
+
+def test_coarsen_mode_uses_compiled_code_and_is_never_stale(monkeypatch):
+    """Once compiled, the Jacobian comes from coarsening's code alone; and it follows every change
+    of what f reads (a closure value, a global, a helper redefined, f's defaults, f's code) on the
+    very next call, and the compiled code serves again once the change is undone."""
+    n = 12
+    x = torch.randn(n, dtype=f64, generator=torch.Generator().manual_seed(1))
+    pattern = _banded_pattern(n - 2, n, (0, 1, 2))
+    scale = 2.0
+
+    def residual(u, power=3):
+        return scale * u[1:-1] - _coarsen_helper(u[:-2]) * u[2:] + 0.1 * u[1:-1] ** power
+
+    def other_code(u, power=3):
+        return scale * u[1:-1] * u[2:] - u[:-2] ** power
+
+    def cosine(v):
+        return torch.cos(v)
+
+    def check(J):
+        torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(residual)(x), rtol=1e-12, atol=1e-12)
+
+    check(_compiled_calls_only(residual, x, pattern, monkeypatch))
+    module, code = sys.modules[__name__], residual.__code__
+
+    def set_scale(value):
+        nonlocal scale
+        scale = value
+
+    changes = [(lambda: set_scale(-0.5), lambda: set_scale(2.0)),
+               (lambda: setattr(module, "COARSEN_GAIN", 4.0), lambda: setattr(module, "COARSEN_GAIN", 1.5)),
+               (lambda: setattr(module, "_coarsen_helper", cosine),
+                lambda: setattr(module, "_coarsen_helper", _coarsen_helper)),
+               (lambda: setattr(residual, "__defaults__", (2,)), lambda: setattr(residual, "__defaults__", (3,))),
+               (lambda: setattr(residual, "__code__", other_code.__code__), lambda: setattr(residual, "__code__", code))]
+    for change, undo in changes:
+        change()
+        check(sat.jacobian(residual, x, pattern=pattern, mode="coarsen"))
+        undo()  # the first state's compiled code again, without a new trace
+        check(_compiled_calls_only(residual, x, pattern, monkeypatch, compile_first=False))
+
+
+COARSEN_GAIN = 1.5
+
+
+def _coarsen_helper(v):
+    return COARSEN_GAIN * torch.tanh(v)
+
+
+def test_coarsen_mode_falls_back_with_a_warning_naming_the_users_line():
+    """The bench's Poisson residual (reshape, pad): coarsening refuses it; the warning names the
+    line of f it refused, in f's file, and the Jacobian (from compressed autograd VJPs) is right."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    side = 5
+    residual = poisson_residual(side)
+    u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(2))
+    with pytest.warns(CoarsenFallbackWarning, match="reshape") as caught:
+        J = sat.jacobian(residual, u, pattern=poisson_pattern(side), mode="coarsen")
+    assert caught[0].filename == __file__
+    assert "u.reshape" in open(__file__).read().splitlines()[caught[0].lineno - 1]
+    torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12)
+    import warnings as warnings_module
+    with warnings_module.catch_warnings():  # once per signature: the next call is quiet and right too
+        warnings_module.simplefilter("error")
+        J = sat.jacobian(residual, 2 * u, pattern=poisson_pattern(side), mode="coarsen")
+    torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(residual)(2 * u), rtol=1e-12, atol=1e-12)
+
+
+def test_coarsen_mode_keeps_derivatives_of_x_and_of_parameters_f_reads():
+    """x requiring grad (reverse mode runs) and a closed-over parameter requiring grad (coarsening
+    refuses it): J is differentiable in both, as dense jacfwd's entries are."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    n = 9
+    pattern = _banded_pattern(n - 2, n, (0, 1, 2))
+    x = torch.randn(n, dtype=f64, generator=torch.Generator().manual_seed(3), requires_grad=True)
+
+    def cubic(u):
+        return u[1:-1] ** 3 - u[:-2] * u[2:]
+
+    J = sat.jacobian(cubic, x, pattern=pattern, mode="coarsen")
+    ours = torch.autograd.grad(J.values.sum(), x)[0]
+    theirs = torch.autograd.grad(stored(J, torch.func.jacfwd(cubic)(x)).sum(), x)[0]
+    torch.testing.assert_close(ours, theirs)
+    w = torch.randn(n - 2, dtype=f64, generator=torch.Generator().manual_seed(4), requires_grad=True)
+
+    def weighted(u):
+        return w * u[1:-1] ** 2 - u[2:]
+
+    with pytest.warns(CoarsenFallbackWarning):
+        J = sat.jacobian(weighted, x.detach(), pattern=pattern, mode="coarsen")
+    ours = torch.autograd.grad(J.values.sum(), w)[0]
+    theirs = torch.autograd.grad(stored(J, torch.func.jacfwd(weighted)(x.detach())).sum(), w)[0]
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_coarsen_mode_in_place_update_and_non_function_callables():
+    """f updating its input in place (coarsening refuses it; the caller's x is untouched) and a
+    callable object (not a function: reverse mode, with a warning)."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    def doubling(x):
+        x.mul_(2.0)
+        return x[1:] * x[:-1]
+
+    x = torch.arange(1.0, 7.0, dtype=f64)
+    pattern = sp.diags([1.0, 1.0], [0, 1], shape=(5, 6)).tocsr()
+    expected = torch.func.jacfwd(lambda z: (2 * z)[1:] * (2 * z)[:-1])(x)
+    with pytest.warns(CoarsenFallbackWarning):
+        J = sat.jacobian(doubling, x, pattern=pattern, mode="coarsen")
+    torch.testing.assert_close(J.to_dense(), expected)
+    assert torch.equal(x, torch.arange(1.0, 7.0, dtype=f64))
+
+    class Product:
+        def __call__(self, z):
+            return z[1:] * z[:-1]
+
+    with pytest.warns(CoarsenFallbackWarning, match="Python function"):
+        J = sat.jacobian(Product(), x, pattern=pattern, mode="coarsen")
+    torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(Product())(x))
+
+
+_WEIGHTS = torch.tensor([0.5, 2.0, -1.0], dtype=f64)
+
+
+def test_coarsen_mode_sees_a_global_tensor_starting_to_require_grad():
+    """f reads a small global tensor (coarsening bakes it in while it does not require grad); once
+    it requires grad, J must be differentiable in it, as dense jacfwd's entries are."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    def f(x):
+        return x[1:] * x[:-1] * _WEIGHTS[1]
+
+    x = torch.arange(1.0, 7.0, dtype=f64)
+    pattern = sp.diags([1.0, 1.0], [0, 1], shape=(5, 6)).tocsr()
+    sat.jacobian(f, x, pattern=pattern, mode="coarsen")
+    _WEIGHTS.requires_grad_(True)
+    try:
+        with pytest.warns(CoarsenFallbackWarning, match="requires grad"):
+            J = sat.jacobian(f, x, pattern=pattern, mode="coarsen")
+        ours = torch.autograd.grad(J.values.sum(), _WEIGHTS)[0]
+        theirs = torch.autograd.grad(stored(J, torch.func.jacfwd(f)(x)).sum(), _WEIGHTS)[0]
+        torch.testing.assert_close(ours, theirs)
+    finally:
+        _WEIGHTS.requires_grad_(False)
+
+
+def test_coarsen_mode_reports_a_pattern_that_does_not_fit_f_as_reverse_mode_does():
+    def f(u):
+        return u[1:] * u[:-1]
+
+    x = torch.arange(1.0, 7.0, dtype=f64)
+    for mode in ("coarsen", "coarsen"):  # the second call: after a first one that failed
+        with pytest.raises(ShapeError, match="rows"):
+            sat.jacobian(f, x, pattern=sp.eye(4, 6, format="csr"), mode=mode)
+
+
+def test_coarsen_mode_never_broadcasts_an_output_of_the_wrong_shape():
+    """sum(w * f(x)) would broadcast a scalar or (1,)-shaped output against the seeds: refused, with
+    reverse mode's ShapeError, also when f's code changes to such an output after a compiled call."""
+    from sparsad.coarsen import tiers
+
+    pattern = sp.diags([1.0, 1.0], [0, 1], shape=(5, 6)).tocsr()
+    x = torch.arange(1.0, 7.0, dtype=f64)
+
+    def f(u):
+        return u[1:] * u[:-1]
+
+    sat.jacobian(f, x, pattern=pattern, mode="coarsen")
+    tiers.wait()
+    torch.testing.assert_close(sat.jacobian(f, x, pattern=pattern, mode="coarsen").to_dense(),
+                               torch.func.jacfwd(f)(x))
+    for other in (lambda u: torch.sum(u[1:] * u[:-1]), lambda u: torch.sum(u[1:] * u[:-1]) * torch.ones(1, dtype=f64)):
+        f.__code__ = other.__code__
+        with pytest.raises(ShapeError, match="rows"):
+            sat.jacobian(f, x, pattern=pattern, mode="coarsen")

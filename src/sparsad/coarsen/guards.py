@@ -73,7 +73,9 @@ def fingerprint(value: Any, depth: int = 0) -> tuple:
         if isinstance(value, torch.Tensor):
             if value.is_sparse or value.layout != torch.strided:
                 raise Unkeyable("a sparse tensor")
-            return _array_print(value.detach().cpu().numpy(), str(value.dtype), str(value.device))
+            # requires_grad too: a plan traced while it was off baked the tensor in as a constant
+            return _array_print(value.detach().cpu().numpy(), str(value.dtype), str(value.device),
+                                value.requires_grad)
         if isinstance(value, (torch.dtype, torch.device)):
             return ("torch", str(value))
     if module in ("jax", "jaxlib"):

@@ -20,6 +20,9 @@ Example:
 """
 from __future__ import annotations
 
+import re
+import types
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -164,24 +167,168 @@ def _gathered(pattern: CSRPattern, kind: str, stacked: torch.Tensor, gather: np.
               x: torch.Tensor) -> SparseMatrix:
     from sparsad.torch.linalg import _index
 
-    return SparseMatrix._wrap(pattern, stacked.reshape(-1)[_index(gather, x.device, pattern, f"gather_{kind}")])
+    # index_select, not `flat[index]`: advanced indexing enters a parallel region even for a few
+    # thousand entries, which under load waits for a descheduled worker thread (measured 20 ms per call)
+    positions = _index(gather, x.device, pattern, f"gather_{kind}")
+    return SparseMatrix._wrap(pattern, stacked.reshape(-1).index_select(0, positions))
 
 
 def _reaches_other_leaves(y: torch.Tensor, leaf: torch.Tensor) -> bool:
     """Whether y's autograd graph reads a tensor that requires grad other than `leaf` (f closes over
     parameters, or `leaf` is itself computed from x requiring grad): then the compressed VJPs must
     be differentiable themselves (create_graph)."""
-    seen, stack = set(), [y.grad_fn]
+    global _ACCUMULATE_GRAD
+    if _ACCUMULATE_GRAD is None:  # the node type of a leaf's gradient accumulator
+        probe = torch.zeros(1, requires_grad=True)
+        _ACCUMULATE_GRAD = type(probe.view_as(probe).grad_fn.next_functions[0][0])
+    if y.grad_fn is None:  # y is a leaf itself (f returned a tensor of its own requiring grad)
+        return y is not leaf
+    seen, stack = {y.grad_fn}, [y.grad_fn]
     while stack:
         node = stack.pop()
-        if node is None or node in seen:
+        if type(node) is _ACCUMULATE_GRAD:
+            if node.variable is not leaf:
+                return True
             continue
-        seen.add(node)
-        variable = getattr(node, "variable", None)
-        if variable is not None and variable is not leaf:
-            return True
-        stack.extend(next_node for next_node, _ in node.next_functions)
+        for next_node, _ in node.next_functions:
+            if next_node is not None and next_node not in seen:
+                seen.add(next_node)
+                stack.append(next_node)
     return False
+
+
+_ACCUMULATE_GRAD = None
+
+
+def _batched_vjps(y: torch.Tensor, leaf: torch.Tensor, seeds: torch.Tensor, create_graph: bool):
+    """(colours, n) VJPs of y with each row of `seeds`, in one batched backward pass (None when y does
+    not reach `leaf`). What `torch.autograd.grad(..., is_grads_batched=True)` does, without its
+    per-call Python (argument normalisation, pytree flattening: 10% of a call at n = 1024); plain
+    tensors only (a subclass may override `grad`), and the public call whenever PyTorch's internals
+    differ from those of the versions this was written against."""
+    if type(y) is torch.Tensor and type(leaf) is torch.Tensor and _ENGINE_BATCHING is not None:
+        increment, decrement, add_batch_dim, remove_batch_dim, run_backward = _ENGINE_BATCHING
+        level = increment()
+        try:
+            grad = run_backward((y,), (add_batch_dim(seeds, 0, level),), True, create_graph, (leaf,), True,
+                                accumulate_grad=False)[0]
+            return None if grad is None else remove_batch_dim(grad, level, seeds.shape[0], 0)
+        finally:
+            decrement()
+    return torch.autograd.grad(y, leaf, seeds, retain_graph=True, create_graph=create_graph,
+                               is_grads_batched=True, allow_unused=True)[0]
+
+
+def _engine_batching():
+    try:
+        from torch.autograd.graph import _engine_run_backward
+
+        return (torch._C._vmapmode_increment_nesting, torch._C._vmapmode_decrement_nesting,
+                torch._add_batch_dim, torch._remove_batch_dim, _engine_run_backward)
+    except (ImportError, AttributeError):  # pragma: no cover - another PyTorch: the public call
+        return None
+
+
+_ENGINE_BATCHING = _engine_batching()
+
+
+def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix | None:
+    """Compressed VJPs from `sparsad.coarsen`: the gradient of sum(w * f(x)) in x, generated
+    symbolically and compiled once per signature, called once per row colour with that colour's
+    seed as w. Coarsening guards every value the trace read (f's code and defaults, its globals and
+    closure cells, by content or identity), so a changed f or a changed value it reads gives a new
+    trace, never a stale result. None when coarsening refuses f (after a warning naming f's line):
+    the caller takes compressed autograd VJPs instead."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    if not isinstance(f, types.FunctionType):
+        _coarsen_refused(f, f"mode='coarsen' needs a Python function, got {type(f).__name__}")
+        return None
+    state = _COARSENED.pop(f, None)
+    if state is None:
+        import sparsad.coarsen as coarsen
+
+        def weighted_sum(x, w):
+            y = f(1 * x)  # f gets a tensor of its own (autograd's leaf stays unchanged)
+            if y.shape != w.shape:  # (static while tracing: a traced f whose y would broadcast is refused)
+                raise ShapeError("f's output does not have the pattern's rows")
+            return torch.sum(w * y)
+
+        weighted_sum.__name__ = weighted_sum.__qualname__ = f"weighted_sum_of_{f.__name__}"
+        coarse = coarsen.Coarsened(weighted_sum)
+        state = (coarse, coarsen.grad(coarse, argnums=0), set(), set())
+    _COARSENED[f] = state  # (the most recently used last)
+    if len(_COARSENED) > COARSENED_FUNCTIONS:
+        _COARSENED.pop(next(iter(_COARSENED)), None)
+    coarse, gradient, refused, served = state
+    signature = (x.shape, x.dtype, x.device, pattern.shape[0])
+    if signature in refused:
+        return None
+    colours, gather = compression_plan(pattern, "reverse")
+    seeds = _colour_seeds(pattern, colours, x)
+    # x itself: the wrapper hands f a copy (`1 * x`) wherever f runs, and coarsening keeps a NumPy
+    # view per tensor object (a fresh detached tensor per call would need a new one)
+    point = x.detach() if x.requires_grad else x
+    disabled = len(coarse._disabled)
+    if signature in served:  # (coarsening has warned, if ever, on this signature's first call)
+        rows = [gradient(point, seed) for seed in seeds]
+    else:
+        rows = []
+        with warnings.catch_warnings(record=True) as caught:  # (coarsening warns once per signature it refuses)
+            warnings.simplefilter("always", CoarsenFallbackWarning)
+            try:
+                for seed in seeds:
+                    rows.append(gradient(point, seed))
+                    if len(coarse._disabled) > disabled:  # refused: its gradients came from plain autograd
+                        break
+            except Exception:  # f failed under autograd (e.g. its output does not fit the pattern's rows):
+                return None    # reverse mode runs it again and raises the error in full
+        for warning in caught:
+            if issubclass(warning.category, CoarsenFallbackWarning):
+                _coarsen_refused(f, str(warning.message))
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if len(coarse._disabled) > disabled:  # refused now, or the machinery failed later (it warned)
+        refused.add(signature)
+        return None
+    served.add(signature)
+    return _gathered(pattern, "reverse", torch.stack(rows), gather, x)
+
+
+def _coarsen_refused(f: Callable, message: str) -> None:
+    """Coarsening's fallback warning, attributed to f's line: coarsening names the wrapper it traced
+    (in this file) with the line number of the construct it refused, which is f's when it lies in
+    f's source, else (a construct of the wrapper, or of a helper elsewhere) f's first line is named."""
+    from sparsad.coarsen import CoarsenFallbackWarning
+
+    code = getattr(f, "__code__", None)
+    filename = code.co_filename if code is not None else "<unknown>"
+    first = code.co_firstlineno if code is not None else 0
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=first) if code else first
+    match = re.search(r":(\d+): (.*)$", message)
+    line, reason = (int(match.group(1)), match.group(2)) if match else (first, message)
+    if not first <= line <= last:
+        line = first
+    warnings.warn_explicit(f"sparsad.torch.jacobian(mode='coarsen'): {getattr(f, '__name__', 'f')} is not coarsened "
+                           f"({filename}:{line}: {reason}); compressed autograd VJPs instead",
+                           CoarsenFallbackWarning, filename, line)
+
+
+def _colour_seeds(pattern: CSRPattern, colours: np.ndarray, x: torch.Tensor) -> list[torch.Tensor]:
+    """Each row colour's seed as a tensor of its own (a row of the stacked seeds would be a new view
+    object per call, which coarsening's calls convert to NumPy again); never handed to user code."""
+    cache = pattern.__dict__.setdefault("_torch_colour_seeds", {})
+    key = (x.dtype, x.device)
+    if key not in cache:
+        cache[key] = [seed.clone() for seed in _seeds(pattern, "reverse", colours, x)]
+    return cache[key]
+
+
+#: f -> (its coarsened weighted sum, that sum's gradient function, signatures coarsening refused,
+#: signatures it served), for the COARSENED_FUNCTIONS functions used last. Held strongly (the
+#: wrapper refers to f anyway, so weak keys would never be dropped), hence the bound.
+_COARSENED: dict = {}
+COARSENED_FUNCTIONS = 16
 
 
 def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix:
@@ -205,8 +352,7 @@ def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
         stacked = None
         if seeds.numel() <= VMAP_MAX_ENTRIES:
             try:  # all compressed products in one batched backward pass
-                stacked = torch.autograd.grad(y, leaf, seeds, retain_graph=True, create_graph=create_graph,
-                                              is_grads_batched=True, allow_unused=True)[0]
+                stacked = _batched_vjps(y, leaf, seeds, create_graph)
             except (RuntimeError, NotImplementedError):  # a backward formula without a batching rule
                 stacked = None
         if stacked is None:  # large, unbatchable, or x unused (None): one product at a time
@@ -271,6 +417,13 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     reverse for small products (cheaper per operation in PyTorch) and forward for large ones;
     forward inside torch.func transforms. Both modes give
     derivatives that autograd can differentiate further (f may close over tensors requiring grad).
+    "coarsen" (opt-in): the reverse mode's products from `sparsad.coarsen`, which differentiates f
+    symbolically into compiled code (one call per row colour, no autograd graph): for functions it
+    accepts (elementwise arithmetic and static slices of x; see docs/coarsen.md), called many times
+    with the same f (its first call traces and compiles, up to seconds; plain autograd serves the
+    calls until the compiled code is ready). Where coarsening refuses f it warns once, naming f's
+    line, and reverse mode runs; reverse mode also runs when x requires grad under grad mode (the
+    compiled gradient is not differentiable) and forward mode inside torch.func transforms.
 
     >>> import torch, sparsad.torch as st
     >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
@@ -278,8 +431,8 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     tensor([[2., 0.],
             [0., 4.]], dtype=torch.float64)
     """
-    if mode not in ("auto", "forward", "reverse"):
-        raise InputError(f"mode must be 'auto', 'forward' or 'reverse', got {mode!r}")
+    if mode not in ("auto", "forward", "reverse", "coarsen"):
+        raise InputError(f"mode must be 'auto', 'forward', 'reverse' or 'coarsen', got {mode!r}")
     wrapped = isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x)
     x = _check_x(x)
     if pattern is None:
@@ -288,6 +441,12 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
             raise InputError("f must return a 1-D tensor")
         pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, (y.shape[0], x.shape[0]))
     pattern = _as_pattern(pattern, (None, x.shape[0]))
+    if mode == "coarsen" and not wrapped and pattern.nnz:
+        if not (x.requires_grad and torch.is_grad_enabled()):
+            coarsened = _coarsened(f, x, pattern)
+            if coarsened is not None:
+                return coarsened
+        mode = "reverse"
     if pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
         return _reverse(f, x, pattern)
     fast_f = _with_scalar_operands(f)
