@@ -438,7 +438,9 @@ class TorchProgram:
         if key not in self._derived:
             try:
                 expr = joint_vjp_expr(self.program.expr, names, call.types, self._seed)
-            except (UnsupportedError, ProgramTypeError):  # the vjp programs one by one say why
+            except (UnsupportedError, ProgramTypeError, ShapeError):  # the vjp programs one by one say why
+                # (ShapeError: blocks of different extents whose axes the program relates to
+                # other inputs' axes, e.g. W (features x out) and C (nodes x out) of one layer)
                 expr = None
             self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr), _output="dense")
         derived = self._derived[key]
@@ -472,7 +474,7 @@ class TorchProgram:
         if key not in self._derived:
             try:
                 expr = joint_jvp_expr(self.program.expr, dict(zip(names, seeds)), call.types)
-            except (UnsupportedError, ProgramTypeError):  # the jvp programs one by one say why
+            except (UnsupportedError, ProgramTypeError, ShapeError):  # the jvp programs one by one say why
                 expr = None
             self._derived[key] = None if expr is None else \
                 TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
