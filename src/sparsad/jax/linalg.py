@@ -283,4 +283,8 @@ def cg(A: Any, b: Any, x0: Any = None, *, rtol: float = 1e-12, atol: float = 0.0
     def solve(mv, rhs):
         return jax.scipy.sparse.linalg.cg(mv, rhs, x0=x0, tol=rtol, atol=atol, maxiter=maxiter, M=M)[0]
 
-    return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
+    # not symmetric=True: that takes the transposed operator to be the operator itself, also
+    # where a derivative perturbs A's values one stored entry at a time (A + dA is then not
+    # symmetric), and second derivatives in A's values come out wrong. The transpose solve runs
+    # CG on the operator JAX derives by transposing matvec (the same matrix, numerically).
+    return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve=solve)

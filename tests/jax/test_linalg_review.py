@@ -1,0 +1,42 @@
+"""Adversarial cases of sparsad.jax's solves (review of the bridge), against dense JAX autodiff
+in float64."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import sparsad.jax as sj  # noqa: E402
+
+TOL = dict(rtol=1e-8, atol=1e-10)
+
+
+def _spd(n, seed):
+    matrix = sp.random(n, n, density=0.5, format="csr", random_state=seed)
+    matrix.data = np.random.default_rng(seed).standard_normal(matrix.nnz)
+    return (matrix @ matrix.T + n * sp.eye(n)).tocsr()
+
+
+def _dense_of(A):
+    rows, cols = A.pattern.rows, A.pattern.indices.astype(np.int64)
+    return lambda values: jnp.zeros(A.shape, values.dtype).at[rows, cols].set(values)
+
+
+def test_second_derivatives_of_cg_in_the_values_of_a_symmetric_matrix_match_dense():
+    # one stored entry at a time is no symmetric perturbation: the transposed operator of the
+    # perturbed matrix is not the operator itself (with symmetric=True the Hessian was wrong)
+    with jax.enable_x64(True):
+        A = sj.SparseMatrix.from_scipy(_spd(5, 3))
+        dense = _dense_of(A)
+        b = jnp.arange(1.0, 6.0)
+        tangent = jnp.asarray(np.random.default_rng(0).standard_normal(A.nnz))
+
+        def hvp(solve):  # a Hessian-vector product of |x(A)|^2 in A's values
+            loss = lambda values: (solve(values) ** 2).sum()  # noqa: E731
+            return jax.jit(lambda v: jax.jvp(jax.grad(loss), (v,), (tangent,))[1])(A.values)
+        got = hvp(lambda v: sj.cg(A.with_values(v), b))
+        want = hvp(lambda v: jnp.linalg.solve(dense(v), b))
+        np.testing.assert_allclose(got, want, **TOL)
