@@ -40,3 +40,26 @@ def test_second_derivatives_of_cg_in_the_values_of_a_symmetric_matrix_match_dens
         got = hvp(lambda v: sj.cg(A.with_values(v), b))
         want = hvp(lambda v: jnp.linalg.solve(dense(v), b))
         np.testing.assert_allclose(got, want, **TOL)
+
+
+@pytest.mark.parametrize("solve", ["spsolve", "cg", "triangular_solve"])
+@pytest.mark.parametrize("a_dtype,b_dtype", [(np.float64, np.float32), (np.float32, np.float64)])
+def test_solves_take_matrix_and_right_hand_side_of_different_dtypes(solve, a_dtype, b_dtype):
+    # (a float64 matrix with a float32 b raised JAX's "cotangent type does not match")
+    with jax.enable_x64(True):
+        matrix = _spd(5, 1)
+        if solve == "triangular_solve":
+            matrix = sp.tril(matrix).tocsr()
+        A = sj.SparseMatrix.from_scipy(matrix, dtype=a_dtype)
+        b = jnp.arange(1.0, 6.0, dtype=b_dtype)
+        function = getattr(sj, solve)
+        x = function(A, b)
+        assert x.dtype == jnp.float64
+        np.testing.assert_allclose(x, np.linalg.solve(matrix.toarray(), np.arange(1.0, 6.0)), rtol=1e-5)
+        dense = _dense_of(A)
+        got = jax.grad(lambda v, bb: (function(A.with_values(v), bb) ** 2).sum(), (0, 1))(A.values, b)
+        want = jax.grad(lambda v, bb: (jnp.linalg.solve(dense(v).astype(jnp.float64), bb.astype(jnp.float64)) ** 2)
+                        .sum(), (0, 1))(A.values, b)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)

@@ -170,11 +170,17 @@ def _callback(fn, like, *args):
     return jax.pure_callback(fn, jax.ShapeDtypeStruct(like.shape, like.dtype), *args, vmap_method="sequential")
 
 
-def _square(A: SparseMatrix, b: Any, name: str) -> None:
+def _square(A: SparseMatrix, b: Any, name: str) -> Any:
+    """b as an array of A's and b's common floating dtype (custom_linear_solve needs the matvec's
+    result and b of one dtype), after checking that A is square and b fits it."""
+    import jax.numpy as jnp
+
     if A.shape[0] != A.shape[1]:
         raise ShapeError(f"{name} must be square, got shape {A.shape}")
+    b = b if hasattr(b, "ndim") and hasattr(b, "dtype") else jnp.asarray(b)
     if b.ndim != 1 or b.shape[0] != A.shape[0]:
         raise ShapeError(f"b has shape {tuple(b.shape)}; it must be ({A.shape[0]},)")
+    return b.astype(jnp.result_type(A.values.dtype, b.dtype, jnp.float32))
 
 
 def _linear_solve(A: SparseMatrix, b: Any, solve_host, unit_diagonal: bool = False) -> Any:
@@ -222,7 +228,7 @@ def triangular_solve(L: Any, b: Any, lower: bool = True, unit_diagonal: bool = F
     import scipy.sparse.linalg as spla
 
     SL = as_sparse(L, "L")
-    _square(SL, b, "L")
+    b = _square(SL, b, "L")
     strict = SL.pattern.indices > SL.pattern.rows if lower else SL.pattern.indices < SL.pattern.rows
     if np.any(strict):
         raise InputError(f"L has entries {'above' if lower else 'below'} the diagonal; it is not "
@@ -246,7 +252,7 @@ def spsolve(A: Any, b: Any) -> Any:
     import scipy.sparse.linalg as spla
 
     SA = as_sparse(A, "A")
-    _square(SA, b, "A")
+    b = _square(SA, b, "A")
     return _linear_solve(SA, b, lambda matrix, rhs, _transposed: spla.spsolve(matrix.tocsc(), rhs))
 
 
@@ -266,7 +272,7 @@ def cg(A: Any, b: Any, x0: Any = None, *, rtol: float = 1e-12, atol: float = 0.0
     """
     jax = _jax()
     SA = as_sparse(A, "A")
-    _square(SA, b, "A")
+    b = _square(SA, b, "A")
     if tol is not None:
         import warnings
 
