@@ -48,3 +48,27 @@ def test_joint_derivatives_of_inputs_of_different_shapes_match_dense():
     _, got_t = jvp(lambda W, C: layer(A=A, X=X, W=W, C=C), primals, tangents)
     _, want_t = jvp(dense, primals, tangents)
     torch.testing.assert_close(got_t, want_t, **TOL)
+
+
+def test_a_derivative_program_that_is_zero_runs_no_kernel_and_warns_nothing():
+    # the Hessian of an energy in A's values is zero: the jvp of the vjp program w.r.t. A types as
+    # {} (it compiled as "the empty dictionary", warned FallbackWarning and ran the interpreter)
+    from sparsad.errors import FallbackWarning
+
+    matrix = _matrix(5, 5, 0.5, 3)
+    A = SparseMatrix.from_scipy(matrix)
+    rows = torch.as_tensor(A.pattern.rows)
+    cols = torch.as_tensor(np.asarray(A.pattern.indices, dtype=np.int64))
+    energy = st.compile_program("sum(<i, r> in A) sum(<j, a> in r) a * exp(x(i)) * sin(x(j))")
+    values, x = A.values.detach().clone(), torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def dense(a, x):
+        return (torch.zeros(5, 5, dtype=a.dtype).index_put((rows, cols), a) * torch.outer(x.exp(), x.sin())).sum()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = jacfwd(grad(lambda a, x: energy(A=A.with_values(a), x=x), argnums=(0, 1)), argnums=(0, 1))(values, x)
+    assert not [w for w in caught if issubclass(w.category, FallbackWarning) or "sparsad" in str(w.message)]
+    want = jacfwd(grad(dense, argnums=(0, 1)), argnums=(0, 1))(values, x)
+    for got_row, want_row in zip(got, want):
+        for g, w in zip(got_row, want_row):
+            torch.testing.assert_close(g, w, **TOL)
