@@ -63,3 +63,14 @@ def test_solves_take_matrix_and_right_hand_side_of_different_dtypes(solve, a_dty
         for g, w in zip(got, want):
             assert g.dtype == w.dtype
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_cg_with_nan_or_inf_in_the_matrix_or_right_hand_side_returns_nan_not_zeros():
+    # (JAX's CG stops at once on a NaN residual and returned x0 = 0, a finite wrong answer)
+    with jax.enable_x64(True):
+        A = sj.SparseMatrix.from_scipy(_spd(4, 2))
+        b = jnp.arange(1.0, 5.0)
+        assert np.isnan(np.asarray(sj.cg(A.with_values(A.values.at[0].set(jnp.nan)), b))).all()
+        assert np.isnan(np.asarray(sj.cg(A, b.at[1].set(jnp.inf)))).all()
+        assert np.isnan(np.asarray(jax.jit(lambda bb: sj.cg(A, bb))(b.at[2].set(jnp.nan)))).all()
+        np.testing.assert_allclose(sj.cg(A, b), np.linalg.solve(_spd(4, 2).toarray(), np.arange(1.0, 5.0)), **TOL)

@@ -270,6 +270,8 @@ def cg(A: Any, b: Any, x0: Any = None, *, rtol: float = 1e-12, atol: float = 0.0
     >>> [round(v, 5) for v in sj.cg(A, b, rtol=1e-6).tolist()]
     [0.09091, 0.63636]
     """
+    import jax.numpy as jnp
+
     jax = _jax()
     SA = as_sparse(A, "A")
     b = _square(SA, b, "A")
@@ -287,7 +289,11 @@ def cg(A: Any, b: Any, x0: Any = None, *, rtol: float = 1e-12, atol: float = 0.0
         return contract(spmm_terms(pattern), 2, {0: SA.values, 1: x})
 
     def solve(mv, rhs):
-        return jax.scipy.sparse.linalg.cg(mv, rhs, x0=x0, tol=rtol, atol=atol, maxiter=maxiter, M=M)[0]
+        x = jax.scipy.sparse.linalg.cg(mv, rhs, x0=x0, tol=rtol, atol=atol, maxiter=maxiter, M=M)[0]
+        # JAX's CG stops at once on a NaN residual and returns x0 (zeros): a NaN or inf in A or b
+        # would come back as a finite, wrong x. One more product tells: then x is NaN.
+        finite = jnp.isfinite(jnp.sum(mv(x)) + jnp.sum(rhs))
+        return jnp.where(finite, x, jnp.nan)
 
     # not symmetric=True: that takes the transposed operator to be the operator itself, also
     # where a derivative perturbs A's values one stored entry at a time (A + dA is then not
