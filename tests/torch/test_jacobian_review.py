@@ -74,3 +74,28 @@ def test_inside_vmap_a_pattern_missing_nonzeros_gives_nan_not_a_wrong_matrix():
     torch.testing.assert_close(got, want)
     poisoned = torch.func.vmap(lambda x: st.jacobian(tridiagonal, x, pattern=sp.eye(5, format="csr")).values)(X)
     assert torch.isnan(poisoned).all()
+
+
+class _Square(torch.autograd.Function):
+    """An autograd Function without setup_context or jvp: reverse mode only, no torch.func."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+def test_the_check_of_a_reverse_mode_only_function_uses_autograd():
+    def f(x):
+        return _Square.apply(x) + torch.nn.functional.pad(x[1:], (0, 1))
+    x = torch.randn(6, dtype=f64, generator=torch.Generator().manual_seed(4))
+    upper = sp.diags([1.0, 1.0], [0, 1], shape=(6, 6)).tocsr()
+    J = st.jacobian(f, x, pattern=upper, mode="reverse")
+    torch.testing.assert_close(J.to_dense(), torch.diag(2 * x) + torch.diag(torch.ones(5, dtype=f64), 1))
+    with pytest.raises(InputError, match="outside `pattern`"):
+        st.jacobian(f, x, pattern=sp.eye(6, format="csr"), mode="reverse")

@@ -346,7 +346,19 @@ def _probed_jacobian(J: SparseMatrix, f: Callable, fast_f: Callable, point: torc
         return checked(J, lambda v: torch.func.jvp(fast_f, (point,), (v,))[1], probe, True, "row")
     except (RuntimeError, NotImplementedError):  # an operation of f without a forward-mode formula
         probe = probe_vector(pattern, pattern.shape[0], x, "rows")
-        return checked(J, lambda w: torch.func.vjp(f, point)[1](w)[0], probe, False, "column")
+        return checked(J, lambda w: _vjp_by_autograd(f, point, w), probe, False, "column")
+
+
+def _vjp_by_autograd(f: Callable, point: torch.Tensor, cotangent: torch.Tensor) -> torch.Tensor:
+    """w^T J at `point` by torch.autograd (as `_reverse`; torch.func.vjp refuses autograd Functions
+    written without setup_context)."""
+    with torch.enable_grad():
+        leaf = point.detach().clone().requires_grad_(True)
+        y = f(leaf.clone())  # a copy: f may update its input in place (a leaf may not be)
+        if not y.requires_grad:
+            return torch.zeros_like(point)
+        grad = torch.autograd.grad(y, leaf, cotangent, allow_unused=True)[0]
+    return torch.zeros_like(point) if grad is None else grad
 
 
 def _scalar_valued(f: Callable) -> Callable:
