@@ -83,16 +83,69 @@ def _check_x(x: Any):
     return jnp.asarray(x)
 
 
-def _recover(pattern: CSRPattern, kind: str, products: Callable, x) -> SparseMatrix:
-    """Colour (once per pattern), compress with one vmapped product per colour, read entries off."""
+def _recover(pattern: CSRPattern, kind: str, products: Callable, x, check: bool = False) -> SparseMatrix:
+    """Colour (once per pattern), compress with one vmapped product per colour, read entries off.
+    `check`: one more product in the batch, with a fixed probe vector, compared with the
+    recovered matrix times it (see `_checked`)."""
     import jax
+    import jax.numpy as jnp
 
     seeds, gather = _plan_arrays(pattern, kind, x.dtype)
+    if check:
+        probe = _probe_vector(pattern, x.dtype)
+        seeds = jnp.concatenate([seeds, probe[None, :]])
     stacked = jax.vmap(products)(seeds)
     if stacked.ndim != 2 or stacked.shape[1] != pattern.shape[0]:
         raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
                          f"{pattern.shape[0]} rows; f must return a 1-D array of that length")
-    return SparseMatrix(pattern, stacked.reshape(-1)[gather])
+    if not check:
+        return SparseMatrix(pattern, stacked.reshape(-1)[gather])
+    values = stacked[:-1].reshape(-1)[gather]
+    return _checked(SparseMatrix(pattern, values), stacked[-1], probe)
+
+
+def _probe_vector(pattern: CSRPattern, dtype):
+    """A fixed vector of entries in +-[0.5, 1.5) (none zero: no column hides), kept on the pattern."""
+    import jax
+    import jax.numpy as jnp
+
+    cache = pattern.__dict__.setdefault("_jax_probes", {})
+    key = (np.dtype(dtype).str, jax.config.jax_enable_x64)
+    if key not in cache:
+        rng = np.random.default_rng(0x5EED)
+        vector = (rng.random(pattern.shape[1]) + 0.5) * rng.choice([-1.0, 1.0], pattern.shape[1])
+        with jax.ensure_compile_time_eval():
+            cache[key] = jnp.asarray(vector, dtype=dtype)
+    return cache[key]
+
+
+def _checked(matrix: SparseMatrix, expected, probe) -> SparseMatrix:
+    """`matrix` if it times `probe` is the product with the probe (`expected`) row by row, to
+    rounding: a nonzero of the derivative outside the pattern (a pattern too small, or detected
+    at another point or for another f) makes a row disagree. Then InputError where the values are
+    concrete; under jit, vmap or grad, the disagreeing rows' entries become NaN (never a wrong
+    matrix)."""
+    import jax
+    import jax.numpy as jnp
+
+    pattern = matrix.pattern
+    values = jax.lax.stop_gradient(matrix.values)
+    recovered = jax.ops.segment_sum(values * probe[pattern.indices], pattern.rows, num_segments=pattern.shape[0])
+    expected = jax.lax.stop_gradient(expected)
+    error = jnp.abs(recovered - expected)
+    scale = jnp.abs(recovered) + jnp.abs(expected)
+    tolerance = float(np.finfo(np.dtype(values.dtype)).eps) ** 0.5
+    bad = error > tolerance * (scale + (scale.max() if scale.size else 0.0))
+    if isinstance(bad, jax.core.Tracer):
+        return SparseMatrix(pattern, jnp.where(bad[pattern.rows], jnp.nan, matrix.values))
+    if bool(bad.any()):
+        first = int(np.flatnonzero(np.asarray(bad))[0])
+        raise InputError(
+            f"the derivative has nonzeros outside `pattern`: row {first} of the product with a probe vector differs "
+            f"from the recovered matrix's by {float(error[first]):.3g}. Pass a pattern holding every structural "
+            "nonzero of the derivative at this x (a pattern detected at another point misses entries that vanished "
+            "there), or pattern=None to detect it here, or check=False to skip this check")
+    return matrix
 
 
 def _plan_arrays(pattern: CSRPattern, kind: str, dtype) -> tuple:
@@ -113,9 +166,10 @@ def _plan_arrays(pattern: CSRPattern, kind: str, dtype) -> tuple:
     return cache[key]
 
 
-def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
+def jacobian(f: Callable, x: Any, pattern: Any = None, check: bool = True) -> SparseMatrix:
     """The Jacobian of f: R^n -> R^m at x as a sparsad.jax.SparseMatrix, by a distance-1 column
-    colouring and compressed JVPs. Entries outside `pattern` are assumed zero.
+    colouring and compressed JVPs. A given `pattern` is checked (`check=True`) by one more JVP with
+    a fixed probe vector: a nonzero outside it raises InputError (under jit/vmap/grad: NaN entries).
 
     >>> import numpy as np, jax.numpy as jnp, sparsad.jax as sj
     >>> J = sj.jacobian(lambda z: z * z, jnp.array([1.0, 2.0]))
@@ -130,16 +184,17 @@ def jacobian(f: Callable, x: Any, pattern: Any = None) -> SparseMatrix:
     if len(out.shape) != 1:
         raise InputError(f"f must return a 1-D array, got shape {out.shape}")
     shape = (out.shape[0], x.shape[0])
+    check = check and pattern is not None  # (a pattern detected here is exact at x)
     pattern = _as_pattern(_detect(jax.jacfwd(f), x, shape) if pattern is None else pattern, shape)
-    if pattern.nnz == 0:
+    if pattern.nnz == 0 and not (check and shape[0] and shape[1]):
         return SparseMatrix(pattern, jnp.zeros(0, dtype=out.dtype))
-    return _recover(pattern, "jacobian", lambda v: jax.jvp(f, (x,), (v,))[1], x)
+    return _recover(pattern, "jacobian", lambda v: jax.jvp(f, (x,), (v,))[1], x, check)
 
 
-def hessian(f: Callable, x: Any, pattern: Any = None, colouring: str = "star") -> SparseMatrix:
+def hessian(f: Callable, x: Any, pattern: Any = None, colouring: str = "star", check: bool = True) -> SparseMatrix:
     """The Hessian of scalar f at x as a sparsad.jax.SparseMatrix, by a star colouring (default)
     or a distance-1 colouring (`colouring="distance1"`) of its symmetrised pattern and compressed
-    Hessian-vector products (forward over reverse).
+    Hessian-vector products (forward over reverse). `check` as in `jacobian`.
 
     >>> import numpy as np, jax.numpy as jnp, sparsad.jax as sj
     >>> H = sj.hessian(lambda z: (z ** 3).sum(), jnp.array([1.0, 2.0]))
@@ -152,10 +207,14 @@ def hessian(f: Callable, x: Any, pattern: Any = None, colouring: str = "star") -
     x = _check_x(x)
     if colouring not in ("star", "distance1"):
         raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
+    out = jax.eval_shape(f, x)
+    if getattr(out, "shape", None) != ():
+        raise InputError(f"the Hessian needs f to return a scalar, got shape {getattr(out, 'shape', type(out).__name__)}")
     gradient = jax.grad(f)
     shape = (x.shape[0], x.shape[0])
+    check = check and pattern is not None  # (a pattern detected here is exact at x)
     pattern = _as_pattern(_detect(jax.hessian(f), x, shape) if pattern is None else pattern, shape)
     pattern = symmetric_pattern(pattern)
-    if pattern.nnz == 0:
+    if pattern.nnz == 0 and not (check and shape[0]):
         return SparseMatrix(pattern, jnp.zeros(0, dtype=x.dtype))
-    return _recover(pattern, colouring, lambda v: jax.jvp(gradient, (x,), (v,))[1], x)
+    return _recover(pattern, colouring, lambda v: jax.jvp(gradient, (x,), (v,))[1], x, check)

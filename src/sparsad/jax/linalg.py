@@ -170,11 +170,17 @@ def _callback(fn, like, *args):
     return jax.pure_callback(fn, jax.ShapeDtypeStruct(like.shape, like.dtype), *args, vmap_method="sequential")
 
 
-def _square(A: SparseMatrix, b: Any, name: str) -> None:
+def _square(A: SparseMatrix, b: Any, name: str) -> Any:
+    """b as an array of A's and b's common floating dtype (custom_linear_solve needs the matvec's
+    result and b of one dtype), after checking that A is square and b fits it."""
+    import jax.numpy as jnp
+
     if A.shape[0] != A.shape[1]:
         raise ShapeError(f"{name} must be square, got shape {A.shape}")
+    b = b if hasattr(b, "ndim") and hasattr(b, "dtype") else jnp.asarray(b)
     if b.ndim != 1 or b.shape[0] != A.shape[0]:
         raise ShapeError(f"b has shape {tuple(b.shape)}; it must be ({A.shape[0]},)")
+    return b.astype(jnp.result_type(A.values.dtype, b.dtype, jnp.float32))
 
 
 def _linear_solve(A: SparseMatrix, b: Any, solve_host, unit_diagonal: bool = False) -> Any:
@@ -222,7 +228,7 @@ def triangular_solve(L: Any, b: Any, lower: bool = True, unit_diagonal: bool = F
     import scipy.sparse.linalg as spla
 
     SL = as_sparse(L, "L")
-    _square(SL, b, "L")
+    b = _square(SL, b, "L")
     strict = SL.pattern.indices > SL.pattern.rows if lower else SL.pattern.indices < SL.pattern.rows
     if np.any(strict):
         raise InputError(f"L has entries {'above' if lower else 'below'} the diagonal; it is not "
@@ -246,7 +252,7 @@ def spsolve(A: Any, b: Any) -> Any:
     import scipy.sparse.linalg as spla
 
     SA = as_sparse(A, "A")
-    _square(SA, b, "A")
+    b = _square(SA, b, "A")
     return _linear_solve(SA, b, lambda matrix, rhs, _transposed: spla.spsolve(matrix.tocsc(), rhs))
 
 
@@ -264,9 +270,11 @@ def cg(A: Any, b: Any, x0: Any = None, *, rtol: float = 1e-12, atol: float = 0.0
     >>> [round(v, 5) for v in sj.cg(A, b, rtol=1e-6).tolist()]
     [0.09091, 0.63636]
     """
+    import jax.numpy as jnp
+
     jax = _jax()
     SA = as_sparse(A, "A")
-    _square(SA, b, "A")
+    b = _square(SA, b, "A")
     if tol is not None:
         import warnings
 
@@ -281,6 +289,14 @@ def cg(A: Any, b: Any, x0: Any = None, *, rtol: float = 1e-12, atol: float = 0.0
         return contract(spmm_terms(pattern), 2, {0: SA.values, 1: x})
 
     def solve(mv, rhs):
-        return jax.scipy.sparse.linalg.cg(mv, rhs, x0=x0, tol=rtol, atol=atol, maxiter=maxiter, M=M)[0]
+        x = jax.scipy.sparse.linalg.cg(mv, rhs, x0=x0, tol=rtol, atol=atol, maxiter=maxiter, M=M)[0]
+        # JAX's CG stops at once on a NaN residual and returns x0 (zeros): a NaN or inf in A or b
+        # would come back as a finite, wrong x. One more product tells: then x is NaN.
+        finite = jnp.isfinite(jnp.sum(mv(x)) + jnp.sum(rhs))
+        return jnp.where(finite, x, jnp.nan)
 
-    return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
+    # not symmetric=True: that takes the transposed operator to be the operator itself, also
+    # where a derivative perturbs A's values one stored entry at a time (A + dA is then not
+    # symmetric), and second derivatives in A's values come out wrong. The transpose solve runs
+    # CG on the operator JAX derives by transposing matvec (the same matrix, numerically).
+    return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve=solve)

@@ -112,7 +112,7 @@ class JaxProgram:
             if isinstance(value, SparseMatrix):
                 kind, pattern, leaf = "sparse", value.pattern, value.values
             elif isinstance(value, (float, int, bool, np.ndarray, np.generic)) or sp.issparse(value) \
-                    or name not in self.wrt:
+                    or (name not in self.wrt and not _traced(value)):
                 if hasattr(value, "dtype") and not isinstance(value, np.ndarray) and not sp.issparse(value):
                     value = np.asarray(value)  # a concrete jax array outside wrt
                 constants[name] = value
@@ -122,10 +122,16 @@ class JaxProgram:
             else:
                 raise InputError(f"input {name!r} is a {type(value).__name__}; pass a JAX array, a "
                                  "sparsad.jax.SparseMatrix, a BCOO/BCSR, a number, a NumPy array or a scipy matrix")
-            if name not in self.wrt:
+            if name not in self.wrt and not _traced(leaf):
                 constants[name] = np.asarray(leaf) if kind != "sparse" else pattern.to_scipy(np.asarray(leaf))
                 continue
+            # (an input outside wrt traced by jit/vmap/grad enters the primitive as a leaf too:
+            # its values are known only there; the JVP rule refuses a tangent for it)
             if not jnp.issubdtype(leaf.dtype, jnp.floating):
+                if name not in self.wrt:
+                    raise InputError(f"input {name!r} is a traced {leaf.dtype} array (an argument of jit, vmap or "
+                                     "grad); integer inputs fix shapes and must be static: pass a Python or NumPy "
+                                     "value (e.g. jax.jit(..., static_argnums=...))")
                 raise InputError(f"input {name!r} must be floating point to be differentiated, got {leaf.dtype}")
             names.append(name), kinds.append(kind), patterns.append(pattern), leaves.append(leaf)
             shapes.append(tuple(leaf.shape)), dtypes.append(leaf.dtype)
@@ -396,6 +402,26 @@ def _host_call(spec: _Spec, arrays) -> np.ndarray:
     return spec.owner._host_primal(spec, arrays)
 
 
+def _traced(value: Any) -> bool:
+    """Whether `value` (an array or a SparseMatrix) is a JAX tracer (under jit, vmap, grad...)."""
+    import jax
+
+    return isinstance(value.values if isinstance(value, SparseMatrix) else value, jax.core.Tracer)
+
+
+def _refuse_tangents_outside_wrt(spec: _Spec, given: list[int], tangents) -> list[int]:
+    """`given` without the leaves outside the program's wrt whose tangents are known zeros; our
+    own error for any other tangent of such a leaf (never a silently dropped derivative)."""
+    kept = []
+    for k in given:
+        if spec.names[k] in spec.owner.wrt:
+            kept.append(k)
+        elif _traced(tangents[k]) or np.any(np.asarray(tangents[k])):
+            raise InputError(f"input {spec.names[k]!r} is differentiated but not in wrt={list(spec.owner.wrt)}; "
+                             "add it to wrt")
+    return kept
+
+
 _PRIMITIVE: list = []
 
 
@@ -437,6 +463,7 @@ def _primitive():
         out = program_p.bind(*primals, spec=spec)
         total = None
         given = [k for k, tangent in enumerate(tangents) if type(tangent) is not ad.Zero]
+        given = _refuse_tangents_outside_wrt(spec, given, tangents)
         for group in spec.owner._joint_groups(spec, given):
             part = spec.owner._apply_joint_jvp(tuple(group), spec, primals, [tangents[k] for k in group]) \
                 if len(group) > 1 else None

@@ -402,15 +402,16 @@ def _check_x(x: Any) -> torch.Tensor:
 
 
 def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None,
-             mode: str = "auto") -> SparseMatrix:
+             mode: str = "auto", check: bool = True) -> SparseMatrix:
     """The Jacobian of f: R^n -> R^m at x as a SparseMatrix, by colouring and compressed products.
 
     `pattern` gives the structural nonzeros (recommended; required for large n); without it the
-    pattern is detected from dense Jacobians at x and two random points (guarded by size). Entries
-    outside the given pattern are assumed zero: a pattern that misses a nonzero gives a wrong result.
-    Pass the same SparseMatrix or CSRPattern again to reuse its colourings. A detected pattern is
-    exact at x; reuse it at other points only when f's sparsity does not depend on x's values (a
-    relu, `where` or branch that is inactive at all three points leaves its entries out).
+    pattern is detected from dense Jacobians at x and two random points (guarded by size). A given
+    pattern is checked (`check=True`, the default) by one more product with a fixed probe vector: a
+    nonzero outside it raises InputError (inside torch.func.vmap: NaN entries) rather than giving a
+    wrong matrix. Pass the same SparseMatrix or CSRPattern again to reuse its colourings. A detected
+    pattern is exact at x; reused at another point where f's sparsity differs (a relu, `where` or
+    branch inactive at all three detection points) the check raises.
 
     `mode`: "forward" (JVPs, one per colour of the columns), "reverse" (VJPs, one per colour of the
     rows, after one evaluation of f), or "auto" (default): the one with fewer colours; on a tie
@@ -435,28 +436,32 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
         raise InputError(f"mode must be 'auto', 'forward', 'reverse' or 'coarsen', got {mode!r}")
     wrapped = isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x)
     x = _check_x(x)
+    given = pattern is not None
     if pattern is None:
         y = f(x)
         if not isinstance(y, torch.Tensor) or y.ndim != 1:
             raise InputError("f must return a 1-D tensor")
         pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, (y.shape[0], x.shape[0]))
     pattern = _as_pattern(pattern, (None, x.shape[0]))
+    fast_f = _with_scalar_operands(f)
+    point = x.detach().clone() if given and check else None  # (f may update x in place)
+    J = None
     if mode == "coarsen" and not wrapped and pattern.nnz:
         if not (x.requires_grad and torch.is_grad_enabled()):
-            coarsened = _coarsened(f, x, pattern)
-            if coarsened is not None:
-                return coarsened
-        mode = "reverse"
-    if pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
-        return _reverse(f, x, pattern)
-    fast_f = _with_scalar_operands(f)
-    return _recover(pattern, "jacobian", lambda v: torch.func.jvp(fast_f, (x,), (v,))[1], x)
+            J = _coarsened(f, x, pattern)
+        mode = "reverse"  # where coarsening refused f (it warned, naming f's line)
+    if J is None and pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
+        J = _reverse(f, x, pattern)
+    elif J is None:
+        J = _recover(pattern, "jacobian", lambda v: torch.func.jvp(fast_f, (x,), (v,))[1], x)
+    return _probed_jacobian(J, f, fast_f, point) if point is not None else J
 
 
 def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: Any = None,
-            colouring: str = "star") -> SparseMatrix:
+            colouring: str = "star", check: bool = True) -> SparseMatrix:
     """The Hessian of scalar f at x as a SparseMatrix, by colouring and compressed Hessian-vector
-    products (forward over reverse). `pattern` as in `jacobian` (square, n x n; symmetrised).
+    products (forward over reverse). `pattern` and `check` as in `jacobian` (square, n x n;
+    symmetrised).
 
     `colouring="star"` (default) needs fewer products than `"distance1"` (columns sharing a row
     differ), both recover each entry directly (no solves).
@@ -470,9 +475,56 @@ def hessian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern:
     x = _check_x(x)
     if colouring not in ("star", "distance1"):
         raise InputError(f"colouring must be 'star' or 'distance1', got {colouring!r}")
-    gradient = torch.func.grad(_with_scalar_operands(f))
+    gradient = torch.func.grad(_scalar_valued(_with_scalar_operands(f)))
     shape = (x.shape[0], x.shape[0])
+    given = pattern is not None
     if pattern is None:
         pattern = _detect(lambda p: torch.func.jacfwd(gradient)(p), x, shape)
     pattern = symmetric_pattern(_as_pattern(pattern, shape))
-    return _recover(pattern, colouring, lambda v: torch.func.jvp(gradient, (x,), (v,))[1], x)
+    point = x.detach().clone() if given and check else None  # (f may update x in place)
+    H = _recover(pattern, colouring, lambda v: torch.func.jvp(gradient, (x,), (v,))[1], x)
+    if point is None:
+        return H
+    from sparsad.torch._probe import checked, probe_vector
+
+    probe = probe_vector(pattern, x.shape[0], x, "columns")
+    return checked(H, lambda v: torch.func.jvp(gradient, (point,), (v,))[1], probe, True, "row")
+
+
+# -- the probe check of a given pattern (sparsad.torch._probe) ------------------------------------
+
+def _probed_jacobian(J: SparseMatrix, f: Callable, fast_f: Callable, point: torch.Tensor) -> SparseMatrix:
+    """J after the probe check at `point` (x before f ran): a JVP, or a VJP where f has no
+    forward-mode derivative."""
+    from sparsad.torch._probe import checked, probe_vector
+
+    pattern, x = J.pattern, point
+    probe = probe_vector(pattern, pattern.shape[1], x, "columns")
+    try:
+        return checked(J, lambda v: torch.func.jvp(fast_f, (point,), (v,))[1], probe, True, "row")
+    except (RuntimeError, NotImplementedError):  # an operation of f without a forward-mode formula
+        probe = probe_vector(pattern, pattern.shape[0], x, "rows")
+        return checked(J, lambda w: _vjp_by_autograd(f, point, w), probe, False, "column")
+
+
+def _vjp_by_autograd(f: Callable, point: torch.Tensor, cotangent: torch.Tensor) -> torch.Tensor:
+    """w^T J at `point` by torch.autograd (as `_reverse`; torch.func.vjp refuses autograd Functions
+    written without setup_context)."""
+    with torch.enable_grad():
+        leaf = point.detach().clone().requires_grad_(True)
+        y = f(leaf.clone())  # a copy: f may update its input in place (a leaf may not be)
+        if not y.requires_grad:
+            return torch.zeros_like(point)
+        grad = torch.autograd.grad(y, leaf, cotangent, allow_unused=True)[0]
+    return torch.zeros_like(point) if grad is None else grad
+
+
+def _scalar_valued(f: Callable) -> Callable:
+    """f, raising our own error when it returns no scalar (torch.func.grad's would be foreign)."""
+    def scalar_f(*args):
+        y = f(*args)
+        if not isinstance(y, torch.Tensor) or y.ndim != 0:
+            got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise InputError(f"the Hessian needs f to return a scalar (0-d) tensor, got {got}")
+        return y
+    return scalar_f

@@ -238,6 +238,19 @@ def _block(stacked: torch.Tensor, t: int, shape: tuple) -> torch.Tensor:
     return block
 
 
+def _types_as_zero(program: Any, expr: Any, kind: str, name: str, types: dict, seed: str) -> bool:
+    """Whether the derivative program `expr` has the type of `{}`: zero whatever its inputs (no
+    kernel to compile; compiling one warns that it runs in the interpreter)."""
+    from sparsad.lang.typecheck import infer
+    from sparsad.lang.types import Zero
+
+    try:
+        seed_type = types[name] if kind == "jvp" else infer(program.expr, types)
+        return isinstance(infer(expr, {**types, seed: seed_type}), Zero)
+    except Exception:  # noqa: BLE001 - not provably zero: the program runs
+        return False
+
+
 def _same_pattern(a: CSRPattern | None, b: CSRPattern | None) -> bool:
     if a is None or b is None:
         return a is b
@@ -400,6 +413,8 @@ class TorchProgram:
         if key not in self._derived:
             # a derivative that is identically zero (the empty dictionary) is no program to run
             expr = derivative_expr(self.program, kind, name, call.types, seed)
+            if expr is not None and _types_as_zero(self.program, expr, kind, name, call.types, seed):
+                expr = None  # e.g. a jvp of a vjp program in an input it reads only linearly
             self._derived[key] = None if expr is None else \
                 TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
         return self._derived[key], seed
@@ -438,7 +453,9 @@ class TorchProgram:
         if key not in self._derived:
             try:
                 expr = joint_vjp_expr(self.program.expr, names, call.types, self._seed)
-            except (UnsupportedError, ProgramTypeError):  # the vjp programs one by one say why
+            except (UnsupportedError, ProgramTypeError, ShapeError):  # the vjp programs one by one say why
+                # (ShapeError: blocks of different extents whose axes the program relates to
+                # other inputs' axes, e.g. W (features x out) and C (nodes x out) of one layer)
                 expr = None
             self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr), _output="dense")
         derived = self._derived[key]
@@ -472,7 +489,7 @@ class TorchProgram:
         if key not in self._derived:
             try:
                 expr = joint_jvp_expr(self.program.expr, dict(zip(names, seeds)), call.types)
-            except (UnsupportedError, ProgramTypeError):  # the jvp programs one by one say why
+            except (UnsupportedError, ProgramTypeError, ShapeError):  # the jvp programs one by one say why
                 expr = None
             self._derived[key] = None if expr is None else \
                 TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
