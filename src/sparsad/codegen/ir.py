@@ -167,7 +167,8 @@ class Fill(Stmt):
 @dataclass(frozen=True)
 class Container:
     """A local dictionary: 'workspace' (dense array sized by key_iv), 'hash' (typed dict; of
-    typed-dict rows, nested depth - 1 times, when depth >= 2), 'grid' (a dense 2-D array sized
+    typed-dict rows, nested depth - 1 times, when depth >= 2), 'trie' (depth >= 2: a pool of
+    nodes and one hash table, `runtime.trie_*`; its rows are node indices), 'grid' (a dense 2-D array sized
     by key_iv x col_iv: a matrix filled once; when it is iterated, boolean marks of its written
     keys and rows say which entries exist) or 'row' (a row of a nested hash or of a grid, bound
     by a loop or a lookup; itself nested when depth >= 2)."""

@@ -99,6 +99,9 @@ class _Emitter:
                 return f"{a}.shape[0]"
             case LocalGet(container=c, key=k) if self._grid_row(c):
                 return f"rt.load2({self._grid_row(c)}_val, {c}, {self.expr(k)})"
+            case LocalGet(container=c, key=k) if self._trie(c):
+                t, zero = self._trie(c), "0" if self.containers[c].leaf == "int" else "0.0"
+                return f"rt.trie_get({t}_nd, {t}_vl, {t}_tb, {t}_n, {self._node(c)}, np.int64({self.expr(k)}), {zero})"
             case LocalGet(container=c, key=k, proven=proven):
                 container = self.containers[c]
                 if container.kind == "workspace" and proven:
@@ -115,6 +118,16 @@ class _Emitter:
                 return f"np.int64({self.expr(k)})"  # a row of a grid is its index
             case RowGet(container=c, row_key=r, key=k) if self.containers[c].kind == "grid":
                 return f"rt.load2({c}_val, {self.expr(r)}, {self.expr(k)})"
+            case HasKey(container=c, key=k) if self._trie(c):
+                t = self._trie(c)
+                return f"(rt.trie_find({t}_nd, {t}_tb, {t}_n, {self._node(c)}, np.int64({self.expr(k)})) >= 0)"
+            case RowOf(container=c, key=k) if self._trie(c):
+                t = self._trie(c)
+                return f"rt.trie_find({t}_nd, {t}_tb, {t}_n, {self._node(c)}, np.int64({self.expr(k)}))"
+            case RowGet(container=c, row_key=r, key=k) if self._trie(c):
+                t, zero = self._trie(c), "0" if self.containers[c].leaf == "int" else "0.0"
+                row = f"rt.trie_find({t}_nd, {t}_tb, {t}_n, {self._node(c)}, np.int64({self.expr(r)}))"
+                return f"rt.trie_get({t}_nd, {t}_vl, {t}_tb, {t}_n, {row}, np.int64({self.expr(k)}), {zero})"
             case HasKey(container=c, key=k):
                 return f"(np.int64({self.expr(k)}) in {c})"
             case RowOf(container=c, key=k):
@@ -134,6 +147,17 @@ class _Emitter:
         if container is None or container.kind != "row" or container.parent is None:
             return None
         return container.parent if self.containers[container.parent].kind == "grid" else None
+
+    def _trie(self, name: str) -> str | None:
+        """The trie that `name` is, or whose row (at any depth) it is; None for other containers."""
+        container = self.containers.get(name)
+        while container is not None and container.kind == "row" and container.parent is not None:
+            container = self.containers.get(container.parent)
+        return container.name if container is not None and container.kind == "trie" else None
+
+    def _node(self, name: str) -> str:
+        """The node of a trie or of its row `name`: 0 for the trie itself, else the row's variable."""
+        return "0" if self.containers[name].kind == "trie" else name
 
     def reduction(self, loop: For) -> str | None:
         """The leaf ("real"/"int") when `loop` only sums into one key that does not change in it
@@ -201,7 +225,7 @@ class _Emitter:
                 self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")
                 self.block(body, indent + 1)
                 if self.plan.kind == "workspace" and var == self.plan.row_var:
-                    self.put(indent + 1, *O.row_epilogue(var))
+                    self.put(indent + 1, *O.row_epilogue(var, self.plan))
             case ForItems(key=k, value=v, container=c, body=body):
                 self.count_updates(k, indent)
                 grid = self._grid_row(c)
@@ -222,6 +246,16 @@ class _Emitter:
                              f"    if {grid}_mark[{c}, {k}]:", f"        {v} = {grid}_val[{c}, {k}]")
                     self.block(body, indent + 2)
                     self.put(indent + 2, *first_only)
+                elif self._trie(c):
+                    # children in insertion order; the next is read first (the body may break)
+                    t = self._trie(c)
+                    value = f"{k}_at" if self.containers[c].depth >= 2 else f"{t}_vl[{k}_at]"
+                    self.put(indent, f"{k}_next = {t}_nd[{self._node(c)}, rt.TRIE_FIRST]",
+                             f"while {k}_next >= 0:", f"    {k}_at = {k}_next",
+                             f"    {k}_next = {t}_nd[{k}_at, rt.TRIE_NEXT]",
+                             f"    {k} = {t}_nd[{k}_at, rt.TRIE_KEY]", f"    {v} = {value}")
+                    self.block(body, indent + 1)
+                    self.put(indent + 1, *first_only)
                 elif self.containers[c].kind == "workspace":
                     self.put(indent, f"for {k}_t in range({c}_n):")
                     self.put(indent + 1, f"{k} = {c}_keys[{k}_t]", f"{v} = {c}_val[{O.unsigned(k)}]")
@@ -248,6 +282,8 @@ class _Emitter:
                              f"    {c}_val[{c}_keys[{c}_t]] = 0",
                              f"    {c}_mark[{c}_keys[{c}_t]] = False",
                              f"{c}_n = 0")
+                elif container.kind == "trie":
+                    self.put(indent, f"rt.trie_reset({c}_nd, {c}_tb, {c}_n)")
                 elif container.depth >= 2:
                     row = _row_type(container.leaf, container.depth - 1)
                     self.put(indent, f"{c} = Dict.empty(key_type=types.int64, value_type={row})")
@@ -265,6 +301,13 @@ class _Emitter:
                 guarded = [iv is None for iv in ivs]
                 self.put(indent, *O.output_accumulate(self.plan, names, self.expr(v), guarded,
                                                       self.program.leaf))
+            case Accumulate(target=c, keys=keys, value=v) if self.containers[c].kind == "trie":
+                # the node at each key, made when absent; the number at the last one
+                self.put(indent, "_tn = 0")
+                for key in keys:
+                    self.put(indent, f"_tn = rt.trie_child({c}_nd, {c}_vl, {c}_tb, {c}_n, _tn, "
+                                     f"np.int64({self.expr(key)}))")
+                self.put(indent, f"{c}_vl[_tn] += {self.expr(v)}")
             case Accumulate(target=c, keys=keys, value=v) if len(keys) > 2:
                 # a deeper container: find or make the row at each key but the last
                 leaf = self.containers[c].leaf
@@ -359,6 +402,10 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
         if container.name in emitter.plain:
             dtype = "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{container.name}_val = np.zeros({container.name}_size, {dtype})")
+        elif container.kind == "trie":
+            c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
+            emitter.put(body_indent, f"{c}_nd, {c}_tb, {c}_n = rt.trie_new()",
+                        f"{c}_vl = np.empty({c}_nd.shape[0], {dtype})")
         elif container.kind == "grid":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{c}_val = np.zeros(({c}_size, {c}__cols_size), {dtype})")
@@ -784,6 +831,8 @@ def _kernel_error(error: Exception, extents) -> Exception:
 
     if isinstance(error, numba.core.errors.NumbaError):  # typing, lowering: it cannot compile
         return UnsupportedError(f"Numba could not compile the kernel: {error}")
+    if type(error) is MemoryError:  # Numba's (a trie's reserve, an allocation), not the guard's
+        return UnsupportedError(f"the compiled kernel could not hold its intermediate: {error}")
     return error
 
 

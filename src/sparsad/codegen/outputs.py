@@ -359,8 +359,9 @@ def output_prologue(plan: OutputPlan, depth: int, leaf: str) -> list[str]:
     if plan.kind == "coo":
         return ["out_n = 0"]
     if plan.kind == "workspace":
+        more = tensor_rows.prologue(depth) if plan.result_format == tensor_rows.TENSOR else []
         return ["w_val = np.zeros(w_size, out_v.dtype)", "w_mark = np.zeros(w_size, np.bool_)",
-                "w_keys = np.empty(w_size, np.int64)", "w_n = 0", "out_n = 0"]
+                "w_keys = np.empty(w_size, np.int64)", "w_n = 0", "out_n = 0", *more]
     return []
 
 
@@ -415,13 +416,19 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
             lines += [f"if not (0 <= {column} < w_size):",
                       "    raise IndexError('sparsad: a column of the result lies outside its shape')"]
         lines += [f"if not w_mark[{column}]:", f"    w_mark[{column}] = True",
-                  f"    w_keys[w_n] = {column}", "    w_n += 1", f"w_val[{unsigned(column)}] += {value}"]
+                  f"    w_keys[w_n] = {column}", "    w_n += 1"]
+        if plan.result_format == tensor_rows.TENSOR:  # a new cell: note its keys of modes 1..
+            lines += ["    " + line for line in tensor_rows.note_keys(keys[1:])]
+        lines.append(f"w_val[{unsigned(column)}] += {value}")
         return lines
     raise ValueError(kind)
 
 
-def row_epilogue(row: str) -> list[str]:
-    """Flush the row workspace at the end of row `row`: sorted columns appended to the CSR."""
+def row_epilogue(row: str, plan: OutputPlan | None = None) -> list[str]:
+    """Flush the row workspace at the end of row `row`: sorted columns appended to the CSR (or,
+    for a result of order 3 or more, the row's cells in order: `tensor_rows.epilogue`)."""
+    if plan is not None and plan.result_format == tensor_rows.TENSOR:
+        return tensor_rows.epilogue(row, _overflow(OutputPlan('workspace'), 2))
     # a row whose touched columns lie in a band (banded matrices: at most 32x as many
     # columns as entries) is read off the marks in column order, O(band); others are sorted
     return ["if w_n > 0:",

@@ -57,6 +57,196 @@ def sort_pairs(keys, values, start, end):
         values[j + 1] = value
 
 
+# ---- tries: nested local containers {k0 -> {k1 -> ... -> number}} without typed dicts ----
+# One pool of nodes per container: node 0 is the container itself, every other node an entry
+# (a row, or a number at the last level) with its key, its parent, its first and last child and
+# its next sibling (children in insertion order, as a dict iterates); one open-addressing table
+# finds the child of (parent, key). The arrays are reserved once at their largest size and only
+# their used part is ever written (untouched pages cost no memory), so they are never replaced:
+# a kernel passing arrays it may reassign pays reference counting on every call (15x slower).
+# The table's used part doubles, rehashed in place, when it is half full; a fill resets only
+# the slots its nodes used.
+
+TRIE_KEY, TRIE_NEXT, TRIE_FIRST, TRIE_LAST, TRIE_PARENT, TRIE_SLOT = 0, 1, 2, 3, 4, 5
+# the most entries (at every level) one fill may hold: 37 MB reserved (an allocation glibc serves
+# from its heap after the first call, ~1 us; a reservation above 32 MB is an mmap, ~50-100 us)
+TRIE_NODES = 1 << 19
+_TRIE_START = 256     # the table's first used part
+
+
+@njit(cache=True, nogil=True)
+def trie_new():
+    """(nodes, table, state) of an empty trie; state = [node count, table mask]. Its numbers:
+    np.empty(TRIE_NODES, dtype) (each is set when its node is made)."""
+    nodes = np.empty((TRIE_NODES, 6), np.int64)
+    table = np.empty(2 * TRIE_NODES, np.int64)
+    table[:_TRIE_START] = -1
+    state = np.empty(2, np.int64)
+    state[0] = 1
+    state[1] = _TRIE_START - 1
+    nodes[0, TRIE_KEY] = 0
+    nodes[0, TRIE_NEXT] = -1
+    nodes[0, TRIE_FIRST] = -1
+    nodes[0, TRIE_LAST] = -1
+    nodes[0, TRIE_PARENT] = -2  # never a parent's index: lookups never find the container
+    nodes[0, TRIE_SLOT] = -1
+    return nodes, table, state
+
+
+@njit(cache=True, nogil=True)
+def trie_reset(nodes, table, state):
+    """Empty the trie (a fill): free the slots of its nodes."""
+    for node in range(1, state[0]):
+        table[nodes[node, TRIE_SLOT]] = -1
+    state[0] = 1
+    nodes[0, TRIE_FIRST] = -1
+    nodes[0, TRIE_LAST] = -1
+
+
+@njit(**_JIT)
+def _trie_hash(parent, key, mask):
+    h = parent * -7046029254386353131 + key * -4417276706812531889
+    h ^= h >> 29
+    return h & mask
+
+
+@njit(cache=True, nogil=True)
+def trie_find(nodes, table, state, parent, key):
+    """The node of key under parent, or -1 (also when parent is -1: no such row)."""
+    if parent < 0:
+        return -1
+    mask = state[1]
+    h = _trie_hash(parent, key, mask)
+    while True:
+        node = table[h]
+        if node < 0:
+            return -1
+        if nodes[node, TRIE_KEY] == key and nodes[node, TRIE_PARENT] == parent:
+            return node
+        h = (h + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def trie_get(nodes, values, table, state, parent, key, zero):
+    """The number at key under parent, or zero when absent."""
+    node = trie_find(nodes, table, state, parent, key)
+    return values[node] if node >= 0 else zero
+
+
+@njit(cache=True, nogil=True)
+def _trie_widen(nodes, table, state):
+    """Twice the table's used part, every node's slot found again."""
+    mask = 2 * state[1] + 1
+    table[:mask + 1] = -1
+    for node in range(1, state[0]):
+        h = _trie_hash(nodes[node, TRIE_PARENT], nodes[node, TRIE_KEY], mask)
+        while table[h] >= 0:
+            h = (h + 1) & mask
+        table[h] = node
+        nodes[node, TRIE_SLOT] = h
+    state[1] = mask
+
+
+@njit(cache=True, nogil=True)
+def trie_child(nodes, values, table, state, parent, key):
+    """The node of key under parent, made (last of its siblings, number zero) when absent."""
+    mask = state[1]
+    h = _trie_hash(parent, key, mask)
+    while True:
+        node = table[h]
+        if node < 0:
+            break
+        if nodes[node, TRIE_KEY] == key and nodes[node, TRIE_PARENT] == parent:
+            return node
+        h = (h + 1) & mask
+    node = state[0]
+    if node == nodes.shape[0]:
+        raise MemoryError("sparsad: a local container of the kernel outgrew its reserved nodes")
+    if 2 * (node + 1) > mask + 1:  # half full: widen, then find the free slot again
+        _trie_widen(nodes, table, state)
+        mask = state[1]
+        h = _trie_hash(parent, key, mask)
+        while table[h] >= 0:
+            h = (h + 1) & mask
+    state[0] = node + 1
+    table[h] = node
+    nodes[node, TRIE_KEY] = key
+    nodes[node, TRIE_NEXT] = -1
+    nodes[node, TRIE_FIRST] = -1
+    nodes[node, TRIE_LAST] = -1
+    nodes[node, TRIE_PARENT] = parent
+    nodes[node, TRIE_SLOT] = h
+    values[node] = 0
+    last = nodes[parent, TRIE_LAST]
+    if last < 0:
+        nodes[parent, TRIE_FIRST] = node
+    else:
+        nodes[last, TRIE_NEXT] = node
+    nodes[parent, TRIE_LAST] = node
+    return node
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def flush_tensor_row(keys, n, val, mark, extents, level_keys, level_counts, level_marks, offsets,
+                     out_idx, out_v, out_n):
+    """Append the n cells keys[:n] of an n-d row workspace (linear index over `extents`, the
+    modes after the first) to out_idx/out_v from out_n in ascending order, and clear them.
+
+    level_keys[offsets[l]:][:level_counts[l]] holds the distinct keys of mode l among the
+    cells (marked in level_marks as the kernel wrote them). When the block they span (the
+    product of the counts) holds at most 32 cells per entry (a Jacobian row dense in some modes,
+    a few keys in the others), the block is read in order off the marks, with no sort; otherwise
+    the cells are sorted. The counts and marks are cleared for the next row."""
+    modes = extents.shape[0]
+    cells = 1.0
+    for m in range(modes):
+        start = offsets[m]
+        count = level_counts[m]
+        cells *= count
+        sort_prefix(level_keys[start:start + count], count)
+        for t in range(count):
+            level_marks[start + level_keys[start + t]] = False
+    t = out_n
+    if cells <= 32.0 * n:
+        position = np.zeros(modes, np.int64)
+        last = offsets[modes - 1]
+        while True:
+            base = 0
+            for m in range(modes - 1):
+                base = base * extents[m] + level_keys[offsets[m] + position[m]]
+            base *= extents[modes - 1]
+            for u in range(level_counts[modes - 1]):
+                c = base + level_keys[last + u]
+                if mark[c]:
+                    out_idx[t] = c
+                    out_v[t] = val[c]
+                    val[c] = 0
+                    mark[c] = False
+                    t += 1
+            m = modes - 2
+            while m >= 0:
+                position[m] += 1
+                if position[m] < level_counts[m]:
+                    break
+                position[m] = 0
+                m -= 1
+            if m < 0:
+                break
+    else:
+        sort_prefix(keys, n)
+        for u in range(n):
+            c = keys[u]
+            out_idx[t] = c
+            out_v[t] = val[c]
+            val[c] = 0
+            mark[c] = False
+            t += 1
+    for m in range(modes):
+        level_counts[m] = 0
+    if t != out_n + n:
+        raise AssertionError("sparsad: a row workspace's cells and its modes' keys disagree")
+
+
 @njit(cache=True, nogil=True)
 def coo_to_csr(count, rows, cols, values, nrows, ncols):
     """CSR (indptr, indices, data) of the first `count` triplets, duplicates summed, columns

@@ -6,8 +6,12 @@ normaliser, a GCN row sum): appended as coordinates, the kernel wrote six times 
 entries (100 M for 17 M on a mesh of 65 k entries) and the assembly sorted them all. Here
 the entries of one row i are added into a dense workspace over the linear index of (d, j, k)
 (one slot per cell, marked when first touched, as the CSR workspace does for one column
-index), and at the end of the row the touched slots are sorted and appended: the kernel
+index), and at the end of the row the touched slots are appended in order: the kernel
 writes each entry once, in order, and the COO tensor is made without sorting anything.
+A row is ordered without a sort when its cells fill most of the block spanned by the distinct
+keys of each mode (a Jacobian row is dense in the modes of a dense operand and holds a few keys
+of the sparse one): each new cell notes its keys per mode (`note_keys`), and the flush reads
+the block off the marks in order (`runtime.flush_tensor_row`); other rows are sorted.
 
 Used for "auto" results whose extents are known at compile time, whose writes all sit in one
 top-level loop that fixes the first key, and whose workspace (the product of the other
@@ -65,12 +69,50 @@ def linear_column(keys: list[str]) -> str:
     return code
 
 
+def prologue(depth: int) -> list[str]:
+    """Kernel lines before the rows: the extents of modes 1.. and, per mode, the distinct keys
+    of the current row's cells (a list and marks; one offset per mode into shared arrays)."""
+    modes = depth - 1
+    extents = [f"w_e{d}" for d in range(1, depth)]
+    offsets = ["0"] + [" + ".join(extents[:m]) for m in range(1, modes)]
+    total = " + ".join(extents)
+    return [f"w_ext = np.array(({', '.join(extents)},), np.int64)",
+            f"w_loff = np.array(({', '.join(offsets)},), np.int64)",
+            *(f"w_o{m} = {offset}" for m, offset in enumerate(offsets)),
+            f"w_lk = np.empty({total}, np.int64)", f"w_lm = np.zeros({total}, np.bool_)",
+            f"w_lc = np.zeros({modes}, np.int64)"]
+
+
+def note_keys(keys: list[str]) -> list[str]:
+    """Kernel lines run when a row's cell is first written: each of its keys of modes 1..
+    (plain names or literals) joins its mode's distinct keys unless already there."""
+    lines = []
+    for m, key in enumerate(keys):
+        slot = f"w_o{m} + {key}"
+        lines += [f"if not w_lm[{slot}]:", f"    w_lm[{slot}] = True",
+                  f"    w_lk[w_o{m} + w_lc[{m}]] = {key}", f"    w_lc[{m}] += 1"]
+    return lines
+
+
+def epilogue(row: str, overflow: str) -> list[str]:
+    """Kernel lines at the end of row `row`: its cells appended in order (`rt.flush_tensor_row`:
+    read off the block of the modes' distinct keys when it is dense enough, else sorted)."""
+    return ["if w_n > 0:",
+            "    if out_n + w_n > out_idx.shape[0]:",
+            f"        return {overflow}",
+            "    rt.flush_tensor_row(w_keys, w_n, w_val, w_mark, w_ext, w_lk, w_lc, w_lm, w_loff,"
+            " out_idx, out_v, out_n)",
+            "    out_n += w_n",
+            f"    row_nnz[{row}] += w_n",
+            "    w_n = 0"]
+
+
 def arguments(extents, dtype, capacity: int) -> tuple:
     """The output arguments of one call: buffers, the per-row counts, the workspace size, extents."""
     from sparsad.memory import check_allocation, memory_limit, warn_threshold
 
     cells = int(np.prod([int(e) for e in extents[1:]], dtype=np.int64))
-    nbytes = 17.0 * cells
+    nbytes = 17.0 * cells + 17.0 * sum(int(e) for e in extents[1:])  # cells, then modes' keys
     if nbytes > min(warn_threshold(), memory_limit()):
         check_allocation(nbytes, f"the row workspace of the result ({cells} cells)",
                          "solve a smaller problem", stacklevel=6)
@@ -90,13 +132,15 @@ def finish(raw, arguments: tuple, extents):
     count = int(raw[0])
     columns, values = raw[1][:count], raw[2][:count]
     shape = tuple(int(e) for e in extents)
-    coordinates = _decoder()(columns, arguments[2], np.array([max(n, 1) for n in shape], np.int64))
+    # the values copied in the same pass (not views that keep the larger buffers alive)
+    coordinates, values = _decoder()(columns, values, arguments[2],
+                                     np.array([max(n, 1) for n in shape], np.int64))
     # the COO levels of entries in order, each once (what build_levels would find after checking)
     fmt = coo(len(shape))
     fields: dict = {fmt.levels[0].count: count}
     for level, coordinate in zip(fmt.levels, coordinates):
         fields[level.crd] = coordinate
-    fields[fmt.values] = np.array(values, copy=True)  # not a view that keeps the larger buffer alive
+    fields[fmt.values] = values
     return StoredTensor._trusted(fmt, shape, fields)
 
 
@@ -104,15 +148,17 @@ _DECODE = None
 
 
 def _decoder():
-    """`decode(columns, row_nnz, extents)`: the coordinates (order x count) of the appended
-    entries, row by row (one pass in Numba; compiled on first use, cached on disk)."""
+    """`decode(columns, values, row_nnz, extents)`: the coordinates (order x count) of the
+    appended entries, row by row, and a copy of their values (one pass in Numba; compiled on
+    first use, cached on disk)."""
     global _DECODE
     if _DECODE is None:
         from numba import njit
 
-        def decode(columns, row_nnz, extents):
+        def decode(columns, values, row_nnz, extents):
             order = len(extents)
             out = np.empty((order, len(columns)), np.int64)
+            copied = np.empty(len(columns), values.dtype)
             e = 0
             for row in range(len(row_nnz)):
                 for _ in range(row_nnz[row]):
@@ -121,11 +167,13 @@ def _decoder():
                     for mode in range(order - 1, 0, -1):
                         out[mode, e] = rest % extents[mode]
                         rest //= extents[mode]
+                    copied[e] = values[e]
                     e += 1
-            return out
+            return out, copied
 
         _DECODE = njit(cache=True, nogil=True)(decode)
     return _DECODE
 
 
-__all__ = ["ROW_CELLS_LIMIT", "tensor_row_loop", "fits", "params", "linear_column", "arguments", "finish"]
+__all__ = ["ROW_CELLS_LIMIT", "tensor_row_loop", "fits", "params", "linear_column", "prologue", "note_keys",
+           "epilogue", "arguments", "finish"]
