@@ -68,7 +68,7 @@ class JaxProgram:
     11.0
     """
 
-    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None):
+    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, lower: bool = True):
         import sparsad
 
         self.program = sparsad.program(prog)
@@ -82,6 +82,8 @@ class JaxProgram:
         self._derived: dict[tuple, Any] = {}
         self._shapes: dict[tuple, tuple] = {}  # call signature -> (types, result shape)
         self._seed = fresh_name("sparsad_seed", names)  # the tangent/cotangent input of derivatives
+        # under jit, run as XLA operations (sparsad.jax.lower) where the program allows it
+        self.lower = lower
         _primitive()
 
     def __repr__(self) -> str:
@@ -188,6 +190,24 @@ class JaxProgram:
             fit_dense(result, spec.out_shape)
         return np.asarray(array, dtype=spec.dtype)
 
+    def _lowered(self, spec: _Spec):
+        """This call as a JAX function of its leaves (sparsad.jax.lower), or None: outside the
+        lowered subset, or lowering switched off. Made once per call signature (trace)."""
+        if not self.lower:
+            return None
+        if not hasattr(spec, "lowered"):
+            from sparsad.jax.lower import ConstantInput, DenseInput, SparseInput, lower_program
+
+            inputs: dict[str, Any] = {n: ConstantInput(v) for n, v in spec.constants.items()}
+            for name, kind, pattern, shape, dtype in zip(spec.names, spec.kinds, spec.patterns, spec.shapes,
+                                                         spec.dtypes):
+                inputs[name] = SparseInput(pattern, dtype) if kind == "sparse" else DenseInput(shape, dtype)
+            layout = ("pattern", spec.out_pattern) if spec.out_pattern is not None else ("dense", spec.out_shape)
+            function = lower_program(self.program.expr, inputs, layout, spec.dtype)
+            names = spec.names
+            spec.lowered = None if function is None else (lambda *leaves: function(dict(zip(names, leaves))))
+        return spec.lowered
+
     # -- derivative rules: sparsad's derivative programs, themselves JaxPrograms ------------------
     def _derived_program(self, kind: str, name: str, spec: _Spec) -> "JaxProgram | None":
         import sparsad
@@ -198,7 +218,7 @@ class JaxProgram:
             expr = derivative_expr(self.program, kind, name, spec.types, self._seed)
             if expr is not None and self._types_as_zero(expr, kind, name, spec):
                 expr = None  # e.g. a jvp of a vjp program in an input it reads only linearly
-            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr))
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower)
         return self._derived[key]
 
     def _types_as_zero(self, expr, kind: str, name: str, spec: _Spec) -> bool:
@@ -277,7 +297,7 @@ class JaxProgram:
                     else joint_vjp_expr(self.program.expr, names, spec.types, self._seed)
             except (UnsupportedError, ProgramTypeError):  # the programs one by one say why
                 expr = None
-            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr))
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower)
         return self._derived[key], seeds
 
     def _leaf_inputs(self, derived: "JaxProgram", spec: _Spec, leaves) -> dict[str, Any]:
@@ -419,6 +439,9 @@ def _primitive():
                                  jax.ShapeDtypeStruct(spec.out_shape, spec.dtype), *leaves, vmap_method="sequential")
 
     def lowered(ctx, *operands, spec):
+        function = spec.owner._lowered(spec)
+        if function is not None:  # XLA operations, no host call
+            return mlir.lower_fun(function, multiple_results=False)(ctx, *operands)
         # the host call straight on XLA's buffers: pure_callback would first device_put them,
         # which, on a thread where the caller's enable_x64 block is not in force, casts float64
         # inputs to float32 (and costs a copy per call)
@@ -482,7 +505,7 @@ def _primitive():
     return program_p
 
 
-def compile_program(prog: Any, wrt: str | Iterable[str] | None = None) -> JaxProgram:
+def compile_program(prog: Any, wrt: str | Iterable[str] | None = None, lower: bool = True) -> JaxProgram:
     """Any sparsad program as a JAX function of JAX arrays, SparseMatrix and BCOO/BCSR inputs,
     differentiable (forward and reverse mode, to any order sparsad can differentiate) in the
     inputs named by `wrt` (default: all).
@@ -492,4 +515,4 @@ def compile_program(prog: Any, wrt: str | Iterable[str] | None = None) -> JaxPro
     >>> jax.grad(lambda v: norm2(v=v))(jnp.array([1.0, 2.0])).tolist()
     [2.0, 4.0]
     """
-    return JaxProgram(prog, wrt)
+    return JaxProgram(prog, wrt, lower)
