@@ -215,6 +215,14 @@ def _may_vanish(value: Any) -> bool:
     return True
 
 
+def _nonempty(value: Arr) -> bool:
+    """Whether `value` is surely an entry where it stands: a number that cannot vanish, or a
+    dictionary holding at least one key (`{k -> {}}` is no entry)."""
+    if value.vanish:
+        return False
+    return value.vdims == 0 or (value.present is not None and bool(value.present.any()))
+
+
 def _nonempty_rows(pattern) -> np.ndarray:
     return np.flatnonzero(np.diff(pattern.indptr)).astype(np.int64)
 
@@ -418,7 +426,9 @@ class _Lowering:
             case If(cond=c, then=t, orelse=e):
                 return self.conditional(c, t, e, env, frame)
             case Singleton(key=k, value=v):
-                key = _as_arr(self.eval(k, env, frame), frame)
+                key = self.eval(k, env, frame)  # kept in its own frame: where it varies tells how to sum
+                if not isinstance(key, Arr):
+                    key = _as_arr(key, frame) if not isinstance(key, Zero) else Arr(np.asarray(0), self.root)
                 if key.vdims:
                     raise Unsupported("a dictionary as a key")
                 value = self.eval(v, env, frame)
@@ -602,6 +612,8 @@ class _Lowering:
                 return value
             if equal.static and equal.array.size and not np.any(equal.array):
                 return ZERO
+            if isinstance(value, (Single, Terms)):
+                return self.masked(value, equal, frame)
             if not isinstance(value, Arr):
                 raise Unsupported("a lookup in a lazy nested dictionary")
             value = lift(value, frame)
@@ -860,6 +872,11 @@ class _Lowering:
 
     def reduce_single(self, single: Single, child: Frame) -> Any:
         parent = child.parent
+        if single.key.frame in _chain(parent):
+            # a key from outside this sum (a row's key, under a sum over its entries): one entry
+            # per iteration of the enclosing sums, {k -> the sum of the values}
+            inner = self.reduce(single.value, child)
+            return ZERO if isinstance(inner, Zero) else Single(single.key, inner)
         key = lift(single.key, child)
         rank = child.rank
         if key.array.shape[rank - 1] == 1:  # the key does not vary along the axis: {k -> sum of values}
@@ -868,7 +885,8 @@ class _Lowering:
                 return ZERO
             # push: drop the axis; ragged: the size-1 axis broadcasts along the rows axis
             array = _xp(key.array).squeeze(key.array, rank - 1) if child.op == "push" else key.array
-            return Single(Arr(array, parent), inner)
+            # the same keys one level out: what they are drawn from (an axis, a pattern) still holds
+            return Single(Arr(array, parent, iota=key.iota, role=key.role), inner)
         value = single.value
         if isinstance(value, (Single, Terms)):
             value = self.materialize_in(value, child)
@@ -887,7 +905,7 @@ class _Lowering:
             # {k -> v} over the keys k of this axis: the axis becomes the dictionary's first level
             shape = child.shape + value.array.shape[rank:]
             array = _full(value.array, shape) if value.array.shape[rank - 1] == 1 else value.array
-            present = None if value.vanish else np.ones(child.shape[-1], bool)
+            present = np.ones(child.shape[-1], bool) if _nonempty(value) else None
             return Arr(array, parent, value.vdims + 1, present, value.present is not None and
                        bool(np.all(value.present)) and value.deep_full if value.vdims else True)
         if key.role is not None and key.role[0] == "cols" and key.role[2] is child:
@@ -933,11 +951,12 @@ class _Lowering:
                               else target.reshape(-1), n_parent * extent, 0, sorted_=False)
         array = jnp.reshape(summed, parent.shape + (extent,) + vshape)
         present = None
-        if n_parent == 1 and key.static and not value.vanish:
-            present = np.zeros(extent, bool)
-            present[np.asarray(keys).reshape(-1)] = True
-            if child.shape[-1] == 0:
-                present = None
+        if key.static and _nonempty(value):
+            # the keys each parent receives (static): exact when every parent receives the same
+            received = np.zeros((n_parent, extent), bool)
+            received[np.asarray(flat_parent).reshape(-1), np.asarray(keys).reshape(-1)] = True
+            if np.all(received == received[:1]):
+                present = received[0]
         deep = value.vdims == 0 or (value.present is not None and bool(np.all(value.present)) and value.deep_full)
         return Arr(array, parent, value.vdims + 1, present, deep)
 
@@ -1087,8 +1106,9 @@ def lower_program(expr: Expr, inputs: dict[str, Any], layout: tuple, dtype: Any 
                 env[name] = SparseIn(spec.pattern, arrays[name])
             elif isinstance(spec, DenseInput):
                 array = arrays[name]
-                full = np.ones(spec.shape[0], bool) if len(spec.shape) else None
-                env[name] = Arr(array, root, len(spec.shape), full)
+                # every key of a dense array is stored, but a level of extent 0 below is no entry
+                full = np.full(spec.shape[0], 0 not in spec.shape[1:]) if len(spec.shape) else None
+                env[name] = Arr(array, root, len(spec.shape), full, 0 not in spec.shape)
             else:
                 env[name] = _constant(spec.value, root)
         value = lowering.eval(expr, env, root)
@@ -1133,6 +1153,6 @@ def _constant(value: Any, root: Frame) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf":
             raise Unsupported(f"a constant of dtype {value.dtype}")
-        full = np.ones(value.shape[0], bool) if value.ndim else None
-        return Arr(value, root, value.ndim, full)
+        full = np.full(value.shape[0], 0 not in value.shape[1:]) if value.ndim else None
+        return Arr(value, root, value.ndim, full, 0 not in value.shape)
     raise Unsupported(f"a constant {type(value).__name__}")
