@@ -19,6 +19,10 @@ compiled programs (sparsad.compile calls: plan lookup plus kernel) and "bridge m
 the step (autograd Function or JAX primitive, conversions, derivative dispatch); a small random
 graph shows the fixed per-call overhead.
 
+The row "sparsad.jax compile_program, host callbacks" runs the same JAX programs with
+`lower=False`: the compiled kernels through host callbacks, the path used before programs were
+lowered to XLA operations (sparsad.jax.lower); its "time / ours" is the lowering's speed-up.
+
 The rows "X W alone (bound: no aggregation)" time the GCN step without its sparse part (X W and
 its backward, the same GEMMs in every implementation): a competitor's time over that one bounds
 what any aggregation kernel could gain over it (printed after the table; not plotted).

@@ -105,7 +105,7 @@ def test_corpus_programs_lower_and_match_closed_forms():
             counts["forward"] += 1
             _close(step(*leaves), densify(P.value), f"{entry.name} value")
             for k, w in enumerate(wrt):
-                for kind in ("vjp", "jvp"):
+                for kind in ("vjp", "jvp") if k == 0 else ("vjp",):  # (forward mode once per program: test time)
                     counts["derivatives"] += 1
                     seed = direction(P, w, kind)
                     if kind == "vjp":
@@ -185,7 +185,7 @@ def csr_matrices(draw):
     return sp.csr_matrix(dense), np.reshape(stored, (n, m))
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking: each example compiles XLA code
 @given(csr_matrices(), st.sampled_from(sorted(PROGRAMS)), st.integers(0, 1000))
 def test_lowered_programs_match_dense_autodiff_on_random_patterns(matrix, name, seed):
@@ -295,3 +295,30 @@ def test_lowered_values_equal_the_interpreter_or_refuse(text, shape):
 
     reference = densify(evaluate(expr, {"A": A, **values}), shape)
     _close(ours, reference, text)
+
+
+def test_example_layers_lowered_under_jit_match_dense_autodiff():
+    """The GCN + attention model of examples/frameworks_layers.py under jit(grad): no host call
+    left, and the gradients equal jax.numpy dense autodiff to 1e-10 (float64)."""
+    optax = pytest.importorskip("optax")
+    import examples.frameworks_layers as ex
+
+    with jax.enable_x64(True):
+        a_hat, features, labels, classes = ex.graph(small=True)
+        A, dense = sj.SparseMatrix.from_scipy(a_hat), jnp.asarray(a_hat.toarray())
+        X, y = jnp.asarray(features), jnp.asarray(labels)
+        params = {k: jnp.asarray(v) for k, v in ex.init(X.shape[1], 16, 8, classes, seed=2).items()}
+        forward = ex.jax_model()
+
+        def dense_forward(params):
+            hidden = jax.nn.relu(dense @ (X @ params["W1"]))
+            scores = jnp.where(dense != 0, (hidden @ params["Wq"]) @ (hidden @ params["Wk"]).T, -jnp.inf)
+            return jax.nn.softmax(scores, axis=1) @ (hidden @ params["Wv"])
+
+        loss = lambda f: (lambda p: optax.softmax_cross_entropy_with_integer_labels(f(p), y).mean())  # noqa: E731
+        step = jax.jit(jax.grad(loss(lambda p: forward(A, X, p))))
+        assert _host_calls(step, params) == 0
+        got, want = step(params), jax.grad(loss(dense_forward))(params)
+        for k in params:
+            _close(got[k], want[k], f"example gradient {k}")
+        _close(jax.jit(lambda p: forward(A, X, p))(params), dense_forward(params), "example value")

@@ -507,8 +507,16 @@ class _Lowering:
                 b = self.scale(b, -1.0, frame)
             if isinstance(a, Arr) and not a.vdims or isinstance(b, Arr) and not b.vdims:
                 raise Unsupported("adding a number and a dictionary")
-            terms = (a.terms if isinstance(a, Terms) else [a]) + (b.terms if isinstance(b, Terms) else [b])
-            return Terms(terms)
+            terms = list(a.terms if isinstance(a, Terms) else [a])
+            for term in (b.terms if isinstance(b, Terms) else [b]):
+                for k, other in enumerate(terms):  # one scatter for terms at the same keys
+                    merged = self.merge(other, term, frame)
+                    if merged is not None:
+                        terms[k] = merged
+                        break
+                else:
+                    terms.append(term)
+            return terms[0] if len(terms) == 1 else Terms(terms)
         if op == "*":
             if isinstance(a, Zero) or isinstance(b, Zero):
                 return ZERO
@@ -526,6 +534,20 @@ class _Lowering:
         if not isinstance(a, Arr) or not isinstance(b, Arr):
             raise Unsupported(f"{op} of dictionaries")
         return _number_binary(op, a, b, frame)
+
+    def merge(self, a: Any, b: Any, frame: Frame) -> Any:
+        """a + b as one lazy dictionary when both sit at the same keys (singletons at one
+        constant key, rows on one pattern's entries), else None."""
+        if isinstance(a, Single) and isinstance(b, Single) and a.key.static and b.key.static \
+                and a.key.array.size == 1 and b.key.array.size == 1 and int(a.key.array.reshape(())) == \
+                int(b.key.array.reshape(())) and not _may_vanish(a.value) and not _may_vanish(b.value):
+            inner = self.binary("+", a.value, b.value, frame)
+            return Single(a.key, inner)
+        if isinstance(a, PatternRows) and isinstance(b, PatternRows) and a.pattern is b.pattern \
+                and a.rows_frame is b.rows_frame and a.values.frame is b.values.frame \
+                and a.values.vdims == b.values.vdims:
+            return PatternRows(a.pattern, _number_binary("+", a.values, b.values, a.values.frame), a.rows_frame)
+        return None
 
     def times(self, value: Any, number: Arr, frame: Frame, left: bool) -> Any:
         """A lazy dictionary scaled by a number (of this frame or an enclosing one)."""
@@ -832,7 +854,7 @@ class _Lowering:
         if isinstance(value, Single):
             return self.reduce_single(value, child)
         if isinstance(value, PatternRows):
-            return self.reduce_rows(value, child, None)
+            return self.reduce_rows(value, child)
         if isinstance(value, PatternMatrix):
             if value.frame is not child:
                 arr = Arr(value.values, value.frame, value.values.ndim - value.frame.rank)
@@ -960,7 +982,7 @@ class _Lowering:
         deep = value.vdims == 0 or (value.present is not None and bool(np.all(value.present)) and value.deep_full)
         return Arr(array, parent, value.vdims + 1, present, deep)
 
-    def reduce_rows(self, rows: PatternRows, child: Frame, _key) -> Arr:
+    def reduce_rows(self, rows: PatternRows, child: Frame) -> Arr:
         """The sum over the rows axis of each row's dictionary on its columns: scatter by column."""
         if rows.rows_frame is not child:
             raise Unsupported("sparse rows summed in another frame")
@@ -972,13 +994,11 @@ class _Lowering:
         # the entries frame is the child of `child` (rows replaced by entries): reduce over both
         # axes at once by scattering into the rows' parent
         parent = child.parent
-        rank = entry_frame.rank
         if entry_frame.parent is not child:
             raise Unsupported("sparse rows built in another frame")
         merged = Frame(parent, "push", entry_frame.shape[-1])
         value = Arr(lift(entries, entry_frame).array, merged, entries.vdims, entries.present, entries.deep_full,
                     entries.vanish)
-        del rank
         return self.scatter(Arr(key.array, merged), value, merged)
 
     def materialize_in(self, value: Any, frame: Frame) -> Arr:
@@ -1125,6 +1145,10 @@ def lower_program(expr: Expr, inputs: dict[str, Any], layout: tuple, dtype: Any 
         out = jax.eval_shape(run, abstract)
     except Unsupported as why:
         logging.getLogger(__name__).debug("not lowered (%s): %s", why, expr)
+        return None
+    except Exception as error:  # noqa: BLE001 - a gap in the lowering must not break the call: host path
+        logging.getLogger(__name__).warning("sparsad.jax.lower failed (%s: %s); the program runs as a host "
+                                            "call: %s", type(error).__name__, error, expr)
         return None
     expected = (layout[1].nnz,) if layout[0] == "pattern" else tuple(layout[1])
     if tuple(out.shape) != expected:

@@ -1,7 +1,9 @@
 """`compile_program` for JAX: any sparsad program as a JAX function, differentiable to any order.
 
-Each call binds one JAX primitive (`sparsad_program`) whose implementation runs the compiled
-kernel on the host (`jax.pure_callback` under jit). Its rules are sparsad's own derivative
+Each call binds one JAX primitive (`sparsad_program`). Under jit it lowers to XLA operations
+(`sparsad.jax.lower`: gathers, segment sums and scatters over the static pattern) when the
+program is in the lowered subset, else to a host call of the compiled kernel (as it does
+eagerly, and with `compile_program(..., lower=False)`). Its rules are sparsad's own derivative
 programs, each itself a JaxProgram: the JVP rule applies the program's jvp program to the
 tangents, and where JAX transposes such a (linear) call, the transpose rule applies that
 program's vjp program w.r.t. its tangent input. So forward mode (jvp, jacfwd), reverse mode
@@ -11,6 +13,12 @@ maps the primitive over the batch (one host call per element, with `lax.map`).
 
 Results are dense arrays of the shape the types give; a derivative w.r.t. a sparse input is
 the values on its pattern (masked convention).
+
+Why derivatives are not JAX's own autodiff of the lowered forward: the derivative programs are
+programs too, lowered the same way, so the lowered path computes exactly what the host path
+computes (sparsad's rules at kinks such as relu'(0) and |x|'(0), the masked convention), and an
+`if` whose untaken branch is singular (`if x > 0 then log(x)`) gives no NaN gradient, which
+differentiating a lowered `jnp.where` would (0 * inf). JAX never differentiates lowered code.
 
 >>> import jax, jax.numpy as jnp
 >>> from sparsad.jax import compile_program
