@@ -19,6 +19,10 @@ compiled programs (sparsad.compile calls: plan lookup plus kernel) and "bridge m
 the step (autograd Function or JAX primitive, conversions, derivative dispatch); a small random
 graph shows the fixed per-call overhead.
 
+The row "sparsad.jax compile_program, host callbacks" runs the same JAX programs with
+`lower=False`: the compiled kernels through host callbacks, the path used before programs were
+lowered to XLA operations (sparsad.jax.lower); its "time / ours" is the lowering's speed-up.
+
 The rows "X W alone (bound: no aggregation)" time the GCN step without its sparse part (X W and
 its backward, the same GEMMs in every implementation): a competitor's time over that one bounds
 what any aggregation kernel could gain over it (printed after the table; not plotted).
@@ -40,6 +44,8 @@ from examples.frameworks_layers import (ATTENTION_LAYER, GCN_LAYER, GCN_LAYER_ON
                                         jax_row_max_scores, torch_row_max_scores)
 
 ONE_PROGRAM = "gcn, one program"
+#: sparsad.jax.compile_program(..., lower=False): the kernels through host callbacks, not XLA operations
+HOST_CALLBACK = "sparsad.jax compile_program, host callbacks"
 #: the GCN step with the aggregation left out (X W and its backward only): no implementation of
 #: the layer can take less, so (competitor's time) / (this time) bounds any speed-up over it
 DENSE_PART = "X W alone in {} (bound: no aggregation)"
@@ -159,6 +165,9 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
     gcn = sj.compile_program(GCN_LAYER, wrt=("H",))
     gcn_one = sj.compile_program(GCN_LAYER_ONE_PROGRAM, wrt=("W",))
     attention = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V", "M"))
+    # the same programs through host callbacks (lower=False): the path before sparsad.jax.lower
+    gcn_host = sj.compile_program(GCN_LAYER, wrt=("H",), lower=False)
+    attention_host = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V", "M"), lower=False)
 
     def bcoo_attention(Q, K, V):
         # scores on the pattern (SDDMM), softmax by row through BCOO row sums, then BCOO @ V
@@ -190,6 +199,7 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
 
     cases = {
         ("gcn", "sparsad.jax.compile_program"): timed(lambda W: gcn(A=A, H=X @ W), W),
+        ("gcn", HOST_CALLBACK): timed(lambda W: gcn_host(A=A, H=X @ W), W),
         ("gcn", "sparsad.jax (spmm op)"): timed(lambda W: sj.spmm(A, X @ W), W),
         ("gcn", "jax.experimental.sparse BCOO"): timed(lambda W: bcoo @ (X @ W), W),
         ("gcn", "jax segment_sum scatter"): timed(segment_gcn, W),
@@ -197,6 +207,8 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
         (ONE_PROGRAM, "sparsad.jax.compile_program"): timed(lambda W: gcn_one(A=A, X=X, W=W), W),
         ("attention", "sparsad.jax.compile_program"):
             timed(lambda Q, K, V: attention(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K)), Q, K, V),
+        ("attention", HOST_CALLBACK):
+            timed(lambda Q, K, V: attention_host(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K)), Q, K, V),
         ("attention", "jax segment_sum scatter"): timed(segment_attention, Q, K, V),
     }
     if dense is not None:

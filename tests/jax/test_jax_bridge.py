@@ -231,7 +231,7 @@ def test_a_host_call_on_a_thread_outside_the_callers_x64_block_keeps_float64():
 
     from sparsad.jax.program import _host_call
 
-    dot = sj.compile_program("sum(<i, a> in u) a * v(i)")
+    dot = sj.compile_program("sum(<i, a> in u) a * v(i)", lower=False)  # the host call, not XLA operations
     u, v = jnp.asarray([1.0, 2.0]), jnp.asarray([3.0, 0.25])
     jax.jit(dot)(u=u, v=v)  # traced in 64-bit mode
     spec_of = {}
@@ -274,7 +274,8 @@ def test_attention_gradient_is_one_joint_vjp_kernel_matching_dense(seed):
     mask = A.with_values(jnp.ones_like(A.values)).to_dense() != 0
     rng = np.random.default_rng(seed)
     Q, K, V = (jnp.asarray(rng.standard_normal((7, 3))) for _ in range(3))
-    attention = sj.compile_program(ATTENTION, wrt=("Q", "K", "V"))
+    # the host path (lower=False): which kernels a step runs; lowered (the default): no host call
+    attention = sj.compile_program(ATTENTION, wrt=("Q", "K", "V"), lower=False)
     loss = lambda Q, K, V: jnp.sum(jnp.sin(attention(A=A, Q=Q, K=K, V=V)))  # noqa: E731
     dense = lambda Q, K, V: jnp.sum(jnp.sin(  # noqa: E731
         jax.nn.softmax(jnp.where(mask, Q @ K.T, -jnp.inf), axis=1) @ V))
@@ -287,6 +288,11 @@ def test_attention_gradient_is_one_joint_vjp_kernel_matching_dense(seed):
     step(Q + 1.0, K, V)
     kinds = {key[0] for key, p in attention._derived.items() if p is not None and p in calls}
     assert len(calls) == 2 and kinds == {"joint-vjp"}, "a step runs the primal and one joint vjp kernel"
+    lowered = sj.compile_program(ATTENTION, wrt=("Q", "K", "V"))
+    lowered_loss = lambda Q, K, V: jnp.sum(jnp.sin(lowered(A=A, Q=Q, K=K, V=V)))  # noqa: E731
+    lowered_step = jax.jit(jax.grad(lowered_loss, (0, 1, 2)))
+    assert "callback" not in lowered_step.lower(Q, K, V).as_text()
+    _close(lowered_step(Q, K, V), jax.grad(dense, (0, 1, 2))(Q, K, V))
     second = lambda f: jax.grad(lambda Q, K, V: sum(jnp.sum(g ** 2) for g in jax.grad(f, (0, 1, 2))(Q, K, V)),  # noqa: E731
                                 (0, 1, 2))(Q, K, V)
     _close(second(loss), second(dense))

@@ -1,7 +1,9 @@
 """`compile_program` for JAX: any sparsad program as a JAX function, differentiable to any order.
 
-Each call binds one JAX primitive (`sparsad_program`) whose implementation runs the compiled
-kernel on the host (`jax.pure_callback` under jit). Its rules are sparsad's own derivative
+Each call binds one JAX primitive (`sparsad_program`). Under jit it lowers to XLA operations
+(`sparsad.jax.lower`: gathers, segment sums and scatters over the static pattern) when the
+program is in the lowered subset, else to a host call of the compiled kernel (as it does
+eagerly, and with `compile_program(..., lower=False)`). Its rules are sparsad's own derivative
 programs, each itself a JaxProgram: the JVP rule applies the program's jvp program to the
 tangents, and where JAX transposes such a (linear) call, the transpose rule applies that
 program's vjp program w.r.t. its tangent input. So forward mode (jvp, jacfwd), reverse mode
@@ -11,6 +13,12 @@ maps the primitive over the batch (one host call per element, with `lax.map`).
 
 Results are dense arrays of the shape the types give; a derivative w.r.t. a sparse input is
 the values on its pattern (masked convention).
+
+Why derivatives are not JAX's own autodiff of the lowered forward: the derivative programs are
+programs too, lowered the same way, so the lowered path computes exactly what the host path
+computes (sparsad's rules at kinks such as relu'(0) and |x|'(0), the masked convention), and an
+`if` whose untaken branch is singular (`if x > 0 then log(x)`) gives no NaN gradient, which
+differentiating a lowered `jnp.where` would (0 * inf). JAX never differentiates lowered code.
 
 >>> import jax, jax.numpy as jnp
 >>> from sparsad.jax import compile_program
@@ -68,7 +76,7 @@ class JaxProgram:
     11.0
     """
 
-    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None):
+    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, lower: bool = True):
         import sparsad
 
         self.program = sparsad.program(prog)
@@ -82,6 +90,8 @@ class JaxProgram:
         self._derived: dict[tuple, Any] = {}
         self._shapes: dict[tuple, tuple] = {}  # call signature -> (types, result shape)
         self._seed = fresh_name("sparsad_seed", names)  # the tangent/cotangent input of derivatives
+        # under jit, run as XLA operations (sparsad.jax.lower) where the program allows it
+        self.lower = lower
         _primitive()
 
     def __repr__(self) -> str:
@@ -194,6 +204,24 @@ class JaxProgram:
             fit_dense(result, spec.out_shape)
         return np.asarray(array, dtype=spec.dtype)
 
+    def _lowered(self, spec: _Spec):
+        """This call as a JAX function of its leaves (sparsad.jax.lower), or None: outside the
+        lowered subset, or lowering switched off. Made once per call signature (trace)."""
+        if not self.lower:
+            return None
+        if not hasattr(spec, "lowered"):
+            from sparsad.jax.lower import ConstantInput, DenseInput, SparseInput, lower_program
+
+            inputs: dict[str, Any] = {n: ConstantInput(v) for n, v in spec.constants.items()}
+            for name, kind, pattern, shape, dtype in zip(spec.names, spec.kinds, spec.patterns, spec.shapes,
+                                                         spec.dtypes):
+                inputs[name] = SparseInput(pattern, dtype) if kind == "sparse" else DenseInput(shape, dtype)
+            layout = ("pattern", spec.out_pattern) if spec.out_pattern is not None else ("dense", spec.out_shape)
+            function = lower_program(self.program.expr, inputs, layout, spec.dtype)
+            names = spec.names
+            spec.lowered = None if function is None else (lambda *leaves: function(dict(zip(names, leaves))))
+        return spec.lowered
+
     # -- derivative rules: sparsad's derivative programs, themselves JaxPrograms ------------------
     def _derived_program(self, kind: str, name: str, spec: _Spec) -> "JaxProgram | None":
         import sparsad
@@ -204,7 +232,7 @@ class JaxProgram:
             expr = derivative_expr(self.program, kind, name, spec.types, self._seed)
             if expr is not None and self._types_as_zero(expr, kind, name, spec):
                 expr = None  # e.g. a jvp of a vjp program in an input it reads only linearly
-            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr))
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower)
         return self._derived[key]
 
     def _types_as_zero(self, expr, kind: str, name: str, spec: _Spec) -> bool:
@@ -283,7 +311,7 @@ class JaxProgram:
                     else joint_vjp_expr(self.program.expr, names, spec.types, self._seed)
             except (UnsupportedError, ProgramTypeError):  # the programs one by one say why
                 expr = None
-            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr))
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower)
         return self._derived[key], seeds
 
     def _leaf_inputs(self, derived: "JaxProgram", spec: _Spec, leaves) -> dict[str, Any]:
@@ -445,6 +473,9 @@ def _primitive():
                                  jax.ShapeDtypeStruct(spec.out_shape, spec.dtype), *leaves, vmap_method="sequential")
 
     def lowered(ctx, *operands, spec):
+        function = spec.owner._lowered(spec)
+        if function is not None:  # XLA operations, no host call
+            return mlir.lower_fun(function, multiple_results=False)(ctx, *operands)
         # the host call straight on XLA's buffers: pure_callback would first device_put them,
         # which, on a thread where the caller's enable_x64 block is not in force, casts float64
         # inputs to float32 (and costs a copy per call)
@@ -509,7 +540,7 @@ def _primitive():
     return program_p
 
 
-def compile_program(prog: Any, wrt: str | Iterable[str] | None = None) -> JaxProgram:
+def compile_program(prog: Any, wrt: str | Iterable[str] | None = None, lower: bool = True) -> JaxProgram:
     """Any sparsad program as a JAX function of JAX arrays, SparseMatrix and BCOO/BCSR inputs,
     differentiable (forward and reverse mode, to any order sparsad can differentiate) in the
     inputs named by `wrt` (default: all).
@@ -519,4 +550,4 @@ def compile_program(prog: Any, wrt: str | Iterable[str] | None = None) -> JaxPro
     >>> jax.grad(lambda v: norm2(v=v))(jnp.array([1.0, 2.0])).tolist()
     [2.0, 4.0]
     """
-    return JaxProgram(prog, wrt)
+    return JaxProgram(prog, wrt, lower)
