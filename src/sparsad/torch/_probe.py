@@ -56,16 +56,24 @@ def checked(matrix: SparseMatrix, product: Callable[[torch.Tensor], torch.Tensor
         if tuple(expected.shape) != (size,):
             raise ShapeError(f"the product has shape {tuple(expected.shape)}, but the pattern has {size} "
                              f"{'rows' if by_rows else 'columns'}; f must return a 1-D tensor of that length")
-        values = SparseMatrix._wrap(pattern, matrix.values.detach())
-        recovered = values @ probe if by_rows else probe @ values  # one SpMV
+        from sparsad.torch.linalg import _index
+
+        rows = _index(pattern.rows, probe.device, pattern, "rows")
+        cols = _index(pattern.indices, probe.device, pattern, "cols")
+        values = matrix.values.detach()
+        # one SpMV by index operations (the SparseMatrix product's autograd wrapping costs more here)
+        if by_rows:
+            recovered = torch.zeros(size, dtype=values.dtype, device=values.device).index_add(
+                0, rows, values * probe.index_select(0, cols))
+        else:
+            recovered = torch.zeros(size, dtype=values.dtype, device=values.device).index_add(
+                0, cols, values * probe.index_select(0, rows))
         error = (recovered - expected).abs()
         scale = recovered.abs() + expected.abs()
         bad = error > _tolerance(expected.dtype) * (scale + scale.max())
         try:
             found = bool(bad.any())
         except RuntimeError:  # inside vmap the values cannot be read: NaN where a row disagrees
-            from sparsad.torch.linalg import _index
-
             at = _index(pattern.rows if by_rows else pattern.indices, probe.device, pattern,
                         "rows" if by_rows else "cols")
             return SparseMatrix._wrap(pattern, torch.where(bad[at], torch.nan, matrix.values))

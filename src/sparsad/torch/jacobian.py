@@ -331,9 +331,12 @@ _COARSENED: dict = {}
 COARSENED_FUNCTIONS = 16
 
 
-def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix:
+def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern,
+             probe: torch.Tensor | None = None):
     """Row colouring and compressed VJPs: one evaluation of f with its graph, then one batched
-    backward pass with every row colour's seed (rows sharing a column get different colours)."""
+    backward pass with every row colour's seed (rows sharing a column get different colours).
+    With `probe` (a vector over the rows), its VJP rides in the same batch as one more seed and
+    (matrix, probe @ J) is returned, for the pattern check (`_probe.checked`)."""
     colours, gather = compression_plan(pattern, "reverse")
     outer_grad_mode = torch.is_grad_enabled()
     with torch.enable_grad():
@@ -347,7 +350,10 @@ def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
                              "1-D tensor of that length")
         seeds = _seeds(pattern, "reverse", colours, y)
         if not y.requires_grad:  # f does not depend on x through autograd: every entry is zero
-            return SparseMatrix._wrap(pattern, torch.zeros(pattern.nnz, dtype=y.dtype, device=y.device))
+            zero = SparseMatrix._wrap(pattern, torch.zeros(pattern.nnz, dtype=y.dtype, device=y.device))
+            return zero if probe is None else (zero, torch.zeros_like(x))
+        if probe is not None:
+            seeds = torch.cat([seeds, probe.to(seeds.dtype).unsqueeze(0)])
         create_graph = outer_grad_mode and _reaches_other_leaves(y, leaf)
         stacked = None
         if seeds.numel() <= VMAP_MAX_ENTRIES:
@@ -362,7 +368,9 @@ def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
                                            allow_unused=True)[0]
                 rows.append(torch.zeros_like(x) if grad is None else grad)
             stacked = torch.stack(rows)
-    return _gathered(pattern, "reverse", stacked, gather, x)
+    if probe is None:
+        return _gathered(pattern, "reverse", stacked, gather, x)
+    return _gathered(pattern, "reverse", stacked[:-1], gather, x), stacked[-1].detach()
 
 
 def _mode(pattern: CSRPattern, mode: str, x: torch.Tensor) -> str:
@@ -451,7 +459,13 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
             J = _coarsened(f, x, pattern)
         mode = "reverse"  # where coarsening refused f (it warned, naming f's line)
     if J is None and pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
-        J = _reverse(f, x, pattern)
+        if point is None:
+            return _reverse(f, x, pattern)
+        from sparsad.torch._probe import checked, probe_vector
+
+        probe = probe_vector(pattern, pattern.shape[0], x, "rows")  # its VJP rides in the batch
+        J, probed = _reverse(f, x, pattern, probe)
+        return checked(J, lambda _: probed, probe, False, "column")
     elif J is None:
         J = _recover(pattern, "jacobian", lambda v: torch.func.jvp(fast_f, (x,), (v,))[1], x)
     return _probed_jacobian(J, f, fast_f, point) if point is not None else J
