@@ -184,11 +184,10 @@ def keep_float32(result: Any, inputs: Mapping[str, Any]) -> Any:
     if not reals or any(d != np.float32 for d in reals):
         return result
     from sparsad.formats import StoredTensor
+    from sparsad.formats.pattern import with_values
 
     if isinstance(result, StoredTensor):
-        fields = result.fields
-        fields[result.format.values] = result.values.astype(np.float32)
-        return StoredTensor._trusted(result.format, result.shape, fields)
+        return with_values(result, result.values.astype(np.float32))
     astype = getattr(result, "astype", None)
     return astype(np.float32) if astype is not None else result
 

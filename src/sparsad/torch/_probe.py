@@ -60,23 +60,18 @@ def checked(matrix: SparseMatrix, product: Callable[[torch.Tensor], torch.Tensor
 
         rows = _index(pattern.rows, probe.device, pattern, "rows")
         cols = _index(pattern.indices, probe.device, pattern, "cols")
+        out_at, in_at = (rows, cols) if by_rows else (cols, rows)  # where each entry lands, what it reads
         values = matrix.values.detach()
         # one SpMV by index operations (the SparseMatrix product's autograd wrapping costs more here)
-        if by_rows:
-            recovered = torch.zeros(size, dtype=values.dtype, device=values.device).index_add(
-                0, rows, values * probe.index_select(0, cols))
-        else:
-            recovered = torch.zeros(size, dtype=values.dtype, device=values.device).index_add(
-                0, cols, values * probe.index_select(0, rows))
+        recovered = torch.zeros(size, dtype=values.dtype, device=values.device).index_add(
+            0, out_at, values * probe.index_select(0, in_at))
         error = (recovered - expected).abs()
         scale = recovered.abs() + expected.abs()
         bad = error > _tolerance(expected.dtype) * (scale + scale.max())
         try:
             found = bool(bad.any())
         except RuntimeError:  # inside vmap the values cannot be read: NaN where a row disagrees
-            at = _index(pattern.rows if by_rows else pattern.indices, probe.device, pattern,
-                        "rows" if by_rows else "cols")
-            return SparseMatrix._wrap(pattern, torch.where(bad[at], torch.nan, matrix.values))
+            return SparseMatrix._wrap(pattern, torch.where(bad[out_at], torch.nan, matrix.values))
     if found:
         first = int(torch.nonzero(bad)[0, 0])
         raise InputError(
