@@ -7,7 +7,8 @@ vjp program for Q, K and V), against torch.sparse, PyG-style scatter code
 dense, on the Planetoid graphs (Cora, CiteSeer,
 PubMed) from /work/shared/data. Single-threaded everywhere (torch, Numba, XLA).
 
-    .venv/bin/python -m bench.frameworks [--quick]      # or: sparsad bench frameworks
+    .venv/bin/python -m bench.frameworks [--quick] [--graphs=cora,pubmed] [--frameworks=jax]
+    sparsad bench frameworks
 
 Writes bench/results/frameworks.csv and frameworks.png; "time / ours" is a row's time over the
 `compile_program` time of the same layer and graph in the same framework (torch rows over
@@ -21,7 +22,10 @@ graph shows the fixed per-call overhead.
 
 The row "sparsad.jax compile_program, host callbacks" runs the same JAX programs with
 `lower=False`: the compiled kernels through host callbacks, the path used before programs were
-lowered to XLA operations (sparsad.jax.lower); its "time / ours" is the lowering's speed-up.
+lowered to XLA operations (sparsad.jax.lower); the row "..., always lowered" with `lower=True`:
+XLA operations wherever the program allows, without the CPU cost rule of `lower="auto"` (the
+default, sparsad.jax.lower.choice, which keeps the host call for a computation that would need
+more than 32 MiB of temporary memory). Their "time / ours" is what the default gains over each.
 
 The rows "X W alone (bound: no aggregation)" time the GCN step without its sparse part (X W and
 its backward, the same GEMMs in every implementation): a competitor's time over that one bounds
@@ -46,25 +50,31 @@ from examples.frameworks_layers import (ATTENTION_LAYER, GCN_LAYER, GCN_LAYER_ON
 ONE_PROGRAM = "gcn, one program"
 #: sparsad.jax.compile_program(..., lower=False): the kernels through host callbacks, not XLA operations
 HOST_CALLBACK = "sparsad.jax compile_program, host callbacks"
+#: sparsad.jax.compile_program(..., lower=True): XLA operations wherever possible (no cost rule)
+ALWAYS_LOWERED = "sparsad.jax compile_program, always lowered"
 #: the GCN step with the aggregation left out (X W and its backward only): no implementation of
 #: the layer can take less, so (competitor's time) / (this time) bounds any speed-up over it
 DENSE_PART = "X W alone in {} (bound: no aggregation)"
 DENSE_LIMIT = 5000  # the dense competitor only below this many nodes (n^2 doubles)
 
 
-def graphs(quick: bool) -> list[tuple[str, sp.csr_matrix]]:
-    """Normalised adjacency with self loops of real graphs (those present in the shared data)."""
+def graphs(quick: bool, only: list[str] | None = None) -> list[tuple[str, sp.csr_matrix]]:
+    """Normalised adjacency with self loops of real graphs (those present in the shared data),
+    `only` those named when given (names as printed: cora, citeseer, pubmed, random-300)."""
     found = []
     from sparsad.torch.planetoid import load_planetoid
 
     for name in (["cora"] if quick else ["cora", "citeseer", "pubmed"]):
+        if only is not None and name not in only:
+            continue
         try:
             found.append((name, load_planetoid(name).adjacency))
         except Exception as error:  # noqa: BLE001 - absent data: the other graphs still run
             print(f"({name} unavailable: {error})")
     rng = np.random.default_rng(0)
     small = sp.random(300, 300, density=4.0 / 300, random_state=rng, format="csr")
-    found.append(("random-300", small))  # kernels of microseconds: the bridge's fixed cost shows
+    if only is None or "random-300" in only:
+        found.append(("random-300", small))  # kernels of microseconds: the bridge's fixed cost shows
     out = []
     for name, adjacency in found:
         adjacency = sp.csr_matrix((abs(adjacency) + abs(adjacency).T) > 0, dtype=np.float64)
@@ -168,6 +178,9 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
     # the same programs through host callbacks (lower=False): the path before sparsad.jax.lower
     gcn_host = sj.compile_program(GCN_LAYER, wrt=("H",), lower=False)
     attention_host = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V", "M"), lower=False)
+    # and always lowered (lower=True): XLA operations even where the CPU cost rule keeps the host call
+    gcn_always = sj.compile_program(GCN_LAYER, wrt=("H",), lower=True)
+    attention_always = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V", "M"), lower=True)
 
     def bcoo_attention(Q, K, V):
         # scores on the pattern (SDDMM), softmax by row through BCOO row sums, then BCOO @ V
@@ -200,6 +213,7 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
     cases = {
         ("gcn", "sparsad.jax.compile_program"): timed(lambda W: gcn(A=A, H=X @ W), W),
         ("gcn", HOST_CALLBACK): timed(lambda W: gcn_host(A=A, H=X @ W), W),
+        ("gcn", ALWAYS_LOWERED): timed(lambda W: gcn_always(A=A, H=X @ W), W),
         ("gcn", "sparsad.jax (spmm op)"): timed(lambda W: sj.spmm(A, X @ W), W),
         ("gcn", "jax.experimental.sparse BCOO"): timed(lambda W: bcoo @ (X @ W), W),
         ("gcn", "jax segment_sum scatter"): timed(segment_gcn, W),
@@ -209,6 +223,8 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
             timed(lambda Q, K, V: attention(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K)), Q, K, V),
         ("attention", HOST_CALLBACK):
             timed(lambda Q, K, V: attention_host(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K)), Q, K, V),
+        ("attention", ALWAYS_LOWERED):
+            timed(lambda Q, K, V: attention_always(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K)), Q, K, V),
         ("attention", "jax segment_sum scatter"): timed(segment_attention, Q, K, V),
     }
     if dense is not None:
@@ -318,7 +334,8 @@ def plot_ratios(rows: list[dict]):
     return path
 
 
-def main(quick: bool = False) -> None:
+def main(quick: bool = False, only: list[str] | None = None, frameworks: tuple[str, ...] = ("torch", "jax")) -> None:
+    """Run the bench (`only`: these graphs; `frameworks`: "torch" and/or "jax" rows)."""
     import torch
 
     torch.set_num_threads(1)
@@ -330,11 +347,11 @@ def main(quick: bool = False) -> None:
         pass
     features, hidden = (32, 16) if quick else (64, 16)
     rows = []
-    for name, a_hat in graphs(quick):
+    for name, a_hat in graphs(quick, only):
         load = os.getloadavg()[0]  # the machine is shared: the 1-minute load average, per graph
         print(f"{name}: n={a_hat.shape[0]}, nnz={a_hat.nnz} (load average {load:.1f})", flush=True)
         times, values, split = {}, {}, {}
-        for key, (step, value) in torch_cases(a_hat, features, hidden).items():
+        for key, (step, value) in (torch_cases(a_hat, features, hidden) if "torch" in frameworks else {}).items():
             times[key] = cpu_time(step, repeat=5 if quick else 15, budget_s=5 if quick else 20)
             values[key] = value()
             if "compile_program" in key[1]:
@@ -342,7 +359,7 @@ def main(quick: bool = False) -> None:
         import jax
 
         with jax.enable_x64(True):
-            for key, (step, value) in jax_cases(a_hat, features, hidden).items():
+            for key, (step, value) in (jax_cases(a_hat, features, hidden) if "jax" in frameworks else {}).items():
                 times[key] = cpu_time(step, repeat=5 if quick else 15, budget_s=5 if quick else 20)
                 values[key] = value()
                 if "compile_program" in key[1]:
@@ -372,5 +389,13 @@ def main(quick: bool = False) -> None:
     print(f"wrote {path} and {plot}")
 
 
+def _listed(flag: str) -> list[str] | None:
+    """The comma-separated values of `--flag=a,b` on the command line, or None."""
+    for arg in sys.argv[1:]:
+        if arg.startswith(f"--{flag}="):
+            return [v for v in arg.split("=", 1)[1].split(",") if v]
+    return None
+
+
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    main(quick="--quick" in sys.argv, only=_listed("graphs"), frameworks=tuple(_listed("frameworks") or ("torch", "jax")))

@@ -2,8 +2,10 @@
 
 Each call binds one JAX primitive (`sparsad_program`). Under jit it lowers to XLA operations
 (`sparsad.jax.lower`: gathers, segment sums and scatters over the static pattern) when the
-program is in the lowered subset, else to a host call of the compiled kernel (as it does
-eagerly, and with `compile_program(..., lower=False)`). Its rules are sparsad's own derivative
+program is in the lowered subset and, on the CPU, its XLA computation needs little enough
+temporary memory (`sparsad.jax.lower.choice`: above 32 MiB each call page-faults it afresh,
+and the host call is faster); else to a host call of the compiled kernel (as it does eagerly,
+and with `compile_program(..., lower=False)`; `lower=True` lowers whenever it can). Its rules are sparsad's own derivative
 programs, each itself a JaxProgram: the JVP rule applies the program's jvp program to the
 tangents, and where JAX transposes such a (linear) call, the transpose rule applies that
 program's vjp program w.r.t. its tangent input. So forward mode (jvp, jacfwd), reverse mode
@@ -76,8 +78,12 @@ class JaxProgram:
     11.0
     """
 
-    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, lower: bool = True):
+    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, lower: bool | str = "auto"):
         import sparsad
+
+        if lower not in (True, False, "auto"):
+            raise InputError(f"lower={lower!r}; pass \"auto\" (XLA operations where the CPU cost rule prefers "
+                             "them), True (XLA operations wherever the program allows) or False (host calls)")
 
         self.program = sparsad.program(prog)
         names = self.program.inputs
@@ -90,8 +96,10 @@ class JaxProgram:
         self._derived: dict[tuple, Any] = {}
         self._shapes: dict[tuple, tuple] = {}  # call signature -> (types, result shape)
         self._seed = fresh_name("sparsad_seed", names)  # the tangent/cotangent input of derivatives
-        # under jit, run as XLA operations (sparsad.jax.lower) where the program allows it
+        # under jit, run as XLA operations (sparsad.jax.lower) where the program allows it and
+        # ("auto") where sparsad.jax.lower.choice prefers them to the host call
         self.lower = lower
+        self._choices: dict[tuple, bool] = {}  # call signature -> lowered (True) or host call
         _primitive()
 
     def __repr__(self) -> str:
@@ -204,9 +212,11 @@ class JaxProgram:
             fit_dense(result, spec.out_shape)
         return np.asarray(array, dtype=spec.dtype)
 
-    def _lowered(self, spec: _Spec):
+    def _lowered(self, spec: _Spec, platform: str = "cpu"):
         """This call as a JAX function of its leaves (sparsad.jax.lower), or None: outside the
-        lowered subset, or lowering switched off. Made once per call signature (trace)."""
+        lowered subset, lowering switched off, or (lower="auto") the host call preferred on
+        `platform` by sparsad.jax.lower.choice. Made once per call (trace); the choice is made
+        once per call signature."""
         if not self.lower:
             return None
         if not hasattr(spec, "lowered"):
@@ -220,7 +230,29 @@ class JaxProgram:
             function = lower_program(self.program.expr, inputs, layout, spec.dtype)
             names = spec.names
             spec.lowered = None if function is None else (lambda *leaves: function(dict(zip(names, leaves))))
+            if spec.lowered is not None and self.lower == "auto" and not self._choose_lowered(spec, platform):
+                spec.lowered = None
         return spec.lowered
+
+    def _choose_lowered(self, spec: _Spec, platform: str) -> bool:
+        """sparsad.jax.lower.choice's rule for this call's lowered function, once per signature:
+        the leaves' names, kinds, shapes and dtypes, the patterns' and constants' shapes and
+        sizes, and the result's layout."""
+        from sparsad.jax.lower.choice import prefer_lowered
+
+        def size(value):
+            return (type(value).__name__, getattr(value, "shape", None), getattr(value, "nnz", None),
+                    str(getattr(value, "dtype", "")))
+
+        key = (platform, spec.names, spec.kinds, tuple(size(p) for p in spec.patterns), spec.shapes,
+               tuple(str(d) for d in spec.dtypes), tuple((n, size(v)) for n, v in sorted(spec.constants.items())),
+               size(spec.out_pattern), spec.out_shape, str(spec.dtype))
+        if key not in self._choices:
+            import jax
+
+            abstract = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in zip(spec.shapes, spec.dtypes)]
+            self._choices[key] = prefer_lowered(spec.lowered, abstract, platform)
+        return self._choices[key]
 
     # -- derivative rules: sparsad's derivative programs, themselves JaxPrograms ------------------
     def _derived_program(self, kind: str, name: str, spec: _Spec) -> "JaxProgram | None":
@@ -473,7 +505,9 @@ def _primitive():
                                  jax.ShapeDtypeStruct(spec.out_shape, spec.dtype), *leaves, vmap_method="sequential")
 
     def lowered(ctx, *operands, spec):
-        function = spec.owner._lowered(spec)
+        platforms = tuple(getattr(ctx.module_context, "platforms", None) or ("cpu",))
+        # one rule for every platform the module is lowered for: the CPU's when it is among them
+        function = spec.owner._lowered(spec, "cpu" if "cpu" in platforms else platforms[0])
         if function is not None:  # XLA operations, no host call
             return mlir.lower_fun(function, multiple_results=False)(ctx, *operands)
         # the host call straight on XLA's buffers: pure_callback would first device_put them,
@@ -540,10 +574,15 @@ def _primitive():
     return program_p
 
 
-def compile_program(prog: Any, wrt: str | Iterable[str] | None = None, lower: bool = True) -> JaxProgram:
+def compile_program(prog: Any, wrt: str | Iterable[str] | None = None, lower: bool | str = "auto") -> JaxProgram:
     """Any sparsad program as a JAX function of JAX arrays, SparseMatrix and BCOO/BCSR inputs,
     differentiable (forward and reverse mode, to any order sparsad can differentiate) in the
     inputs named by `wrt` (default: all).
+
+    `lower`: under jit, "auto" runs each call (the program and each derivative program) as XLA
+    operations where it is in the lowered subset and, on the CPU, needs at most 32 MiB of
+    temporary memory (else the host call is faster: `sparsad.jax.lower.choice`); True lowers
+    wherever the subset allows; False always calls the compiled kernels on the host.
 
     >>> import jax, jax.numpy as jnp, sparsad.jax as sj
     >>> norm2 = sj.compile_program("sum(<i, a> in v) a * a")

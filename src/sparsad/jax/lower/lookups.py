@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from sparsad.jax.lower.arrays import _chain, _deepest, _jnp, _number_binary, _xp, lift
+from sparsad.jax.lower.arrays import _chain, _deepest, _jnp, _number_binary, _xp, gather, lift, take
 from sparsad.jax.lower.values import (ZERO, Arr, Frame, PatternMatrix, RowHandle, SparseIn, Single, Terms,
                                       Unsupported, Zero, _same_pattern)
 
@@ -86,8 +86,8 @@ class _Lookups:
                     and all(step.op == "push" or step.rank - 1 != position for step in f.path_from(axis)):
                 xp = _xp(d.array)
                 array = xp.squeeze(d.array, position)
-                array = xp.take(array, np.arange(f.shape[position]), axis=rank - 1) \
-                    if f.shape[position] < extent else array
+                if f.shape[position] < extent:  # the first keys only
+                    array = array[(slice(None),) * (rank - 1) + (slice(0, f.shape[position]),)]
                 array = xp.moveaxis(array, rank - 1, position)
                 return Arr(array, f, **deeper)
         # general gather: d[frame position..., key] (missing keys read as zero)
@@ -103,8 +103,7 @@ class _Lookups:
         if key.static:
             inside = (keys >= 0) & (keys < extent)
             if np.all(inside):
-                array = d.array[tuple(index) + (keys,)] if d.static else d.array.at[tuple(index) + (keys,)].get(
-                    mode="promise_in_bounds")
+                array = d.array[tuple(index) + (keys,)] if d.static else gather(d.array, tuple(index) + (keys,))
                 return Arr(array, f, **deeper)
         inside = (keys >= 0) & (keys < extent)
         safe = jnp.where(inside, keys, 0)
@@ -136,6 +135,6 @@ class _Lookups:
         position = np.minimum(np.searchsorted(keys, wanted), max(keys.shape[0] - 1, 0))
         found = inside & (keys[position] == wanted) if keys.shape[0] else np.zeros(wanted.shape, bool)
         values = row.matrix.values
-        gathered = np.take(values, position) if isinstance(values, np.ndarray) else _jnp().take(values, position)
+        gathered = take(values, position)
         xp = _xp(gathered)
         return Arr(xp.where(found, gathered, xp.zeros((), gathered.dtype)), f, vanish=not np.all(found))

@@ -62,7 +62,10 @@ def lower_program(expr: Expr, inputs: dict[str, Any], layout: tuple, dtype: Any 
         elif isinstance(spec, DenseInput):
             abstract[name] = jax.ShapeDtypeStruct(tuple(spec.shape), spec.dtype)
     try:
-        out = jax.eval_shape(run, abstract)
+        # evaluated symbolically once: the returned function replays the jaxpr (tracing `run`
+        # again costs as much as this first time)
+        closed, out = jax.make_jaxpr(run, return_shape=True)(abstract)
+        traced_in = (bool(jax.config.jax_enable_x64), [(tuple(v.aval.shape), v.aval.dtype) for v in closed.jaxpr.invars])
     except Unsupported as why:
         logging.getLogger(__name__).debug("not lowered (%s): %s", why, expr)
         return None
@@ -74,7 +77,18 @@ def lower_program(expr: Expr, inputs: dict[str, Any], layout: tuple, dtype: Any 
     if tuple(out.shape) != expected:
         logging.getLogger(__name__).debug("not lowered (result shape %s, expected %s): %s", out.shape, expected, expr)
         return None
-    return run
+    from jax.extend.core import jaxpr_as_fun
+
+    replay = jaxpr_as_fun(closed)
+
+    def lowered(arrays: dict) -> Any:
+        leaves = jax.tree_util.tree_leaves({name: arrays[name] for name in abstract})  # as make_jaxpr flattened
+        if (bool(jax.config.jax_enable_x64), [(tuple(np.shape(a)), jax.numpy.result_type(a)) for a in leaves]) \
+                != traced_in:
+            return run(arrays)  # other dtypes (or x64 mode) than traced: evaluated again
+        return replay(*leaves)[0]
+
+    return lowered
 
 
 def _result_dtype(arrays: dict):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from sparsad.jax.lower.arrays import _check_size, _chain, _full, _jnp, _segment_sum, _xp, lift
+from sparsad.jax.lower.arrays import _check_size, _chain, _full, _jnp, _segment_sum, _xp, lift, take
 from sparsad.jax.lower.values import (ZERO, Arr, Frame, PatternMatrix, PatternRows, RowHandle, SparseIn, Single,
                                       Terms, Unsupported, Zero, _may_vanish, _nonempty, _nonempty_rows,
                                       _same_pattern)
@@ -81,7 +81,7 @@ class _Sums:
         keys = np.arange(extent)
         if not np.all(source.present):
             keys = np.flatnonzero(source.present)
-            array = _xp(array).take(array, keys, axis=rank)
+            array = take(array, keys, axis=rank)
         child = frame.push(keys.shape[0])
         present = np.ones(array.shape[rank + 1], bool) if source.vdims > 1 and source.deep_full else None
         value = Arr(array, child, source.vdims - 1, present, source.deep_full)
@@ -120,7 +120,7 @@ class _Sums:
         if positions is None:
             entries = values
         else:
-            entries = np.take(values, positions) if isinstance(values, np.ndarray) else _jnp().take(values, positions)
+            entries = take(values, positions)
         value = Arr(entries.reshape(lead + (cols.shape[0],)), child, vanish=False)
         return child, key, value
 
