@@ -11,7 +11,8 @@ tangents, and where JAX transposes such a (linear) call, the transpose rule appl
 program's vjp program w.r.t. its tangent input. So forward mode (jvp, jacfwd), reverse mode
 (grad, vjp, jacrev) and their compositions (grad of grad, jacfwd of jacrev, hessian) all run
 compiled derivative code, as far as sparsad can differentiate each derivative program; vmap
-maps the primitive over the batch (one host call per element, with `lax.map`).
+makes one call of the batched program (a sum over the batch, `sparsad.jax.batching`), or,
+where that does not apply (a mapped sparse input), maps the primitive with `lax.map`.
 
 Results are dense arrays of the shape the types give; a derivative w.r.t. a sparse input is
 the values on its pattern (masked convention).
@@ -94,6 +95,7 @@ class JaxProgram:
         self._compiled = sparsad.compile(self.program)
         self._compiled_dense = None  # the same program writing a dense result (made when needed)
         self._derived: dict[tuple, Any] = {}
+        self._batched: dict[tuple, Any] = {}  # (mapped names, types) -> (batched JaxProgram, stacked names) | None
         self._shapes: dict[tuple, tuple] = {}  # call signature -> (types, result shape)
         self._seed = fresh_name("sparsad_seed", names)  # the tangent/cotangent input of derivatives
         # under jit, run as XLA operations (sparsad.jax.lower) where the program allows it and
@@ -551,6 +553,12 @@ def _primitive():
                 for k, a in enumerate(args)]
 
     def batch_rule(args, dims, *, spec):
+        from sparsad.jax.batching import batched_call
+
+        out = batched_call(spec, args, dims)  # one call of the batched program
+        if out is not None:
+            return out, 0
+        # else one call per element
         mapped = [k for k, d in enumerate(dims) if d is not batching.not_mapped]
         size = args[mapped[0]].shape[dims[mapped[0]]]
         columns = [jnp.moveaxis(args[k], dims[k], 0) for k in mapped]
