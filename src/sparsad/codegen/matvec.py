@@ -415,11 +415,13 @@ class ProductNests:
         if any(reads(k) & (changing | {UNKNOWN}) for k in keys) or UNKNOWN in reads(value):
             return None
         parts = factors(value)
-        matrix_read = next((f for f in parts if {i, j} <= reads(f)), None)
-        if matrix_read is None or (reads(matrix_read) - {i, j}) & changing:
+        at = next((n for n, f in enumerate(parts) if {i, j} <= reads(f)), None)
+        if at is None or (reads(parts[at]) - {i, j}) & changing:
             return None
-        later = [f for f in parts if f is not matrix_read and j in reads(f)]  # evaluated after the loop
-        weight = [f for f in parts if f is not matrix_read and j not in reads(f)]  # evaluated per row
+        matrix_read = parts[at]
+        others = parts[:at] + parts[at + 1:]  # by position: a factor may be the same node twice (a * a)
+        later = [f for f in others if j in reads(f)]  # evaluated after the loop
+        weight = [f for f in others if j not in reads(f)]  # evaluated per row
         if any(reads(f) & changing for f in later):
             return None
         vector = self._name()

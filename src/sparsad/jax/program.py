@@ -31,6 +31,7 @@ differentiating a lowered `jnp.where` would (0 * inf). JAX never differentiates 
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Iterable
 
@@ -224,6 +225,8 @@ class JaxProgram:
         if not hasattr(spec, "lowered"):
             from sparsad.jax.lower import ConstantInput, DenseInput, SparseInput, lower_program
 
+            self._check_lookups(spec)
+
             inputs: dict[str, Any] = {n: ConstantInput(v) for n, v in spec.constants.items()}
             for name, kind, pattern, shape, dtype in zip(spec.names, spec.kinds, spec.patterns, spec.shapes,
                                                          spec.dtypes):
@@ -255,6 +258,25 @@ class JaxProgram:
             abstract = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in zip(spec.shapes, spec.dtypes)]
             self._choices[key] = prefer_lowered(spec.lowered, abstract, platform)
         return self._choices[key]
+
+    def _check_lookups(self, spec: _Spec) -> None:
+        """The interpreter's ShapeError, before lowering, for a lookup outside an input's axis (the
+        host call raises it; lowered code would read zero there). Keys and conditions depend on
+        shapes, patterns and int inputs only, never on real values: ones in place of the traced
+        values decide it. Costs an interpreted run only for programs with doubtful keys."""
+        from sparsad.errors import ShapeError
+        from sparsad.lang.keyranges import check_lookups, key_checks
+
+        try:
+            checks = key_checks(self.program.expr, spec.types)
+            if checks:
+                ones = [np.ones(pattern.nnz) if kind == "sparse" else np.ones(shape)
+                        for kind, pattern, shape in zip(spec.kinds, spec.patterns, spec.shapes)]
+                check_lookups(self.program.expr, checks, spec.numpy_inputs(ones))
+        except ShapeError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the check must not break a call the host path serves
+            logging.getLogger(__name__).debug("lookup check skipped (%s): %s", error, self.program.expr)
 
     # -- derivative rules: sparsad's derivative programs, themselves JaxPrograms ------------------
     def _derived_program(self, kind: str, name: str, spec: _Spec) -> "JaxProgram | None":

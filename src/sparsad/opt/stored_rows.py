@@ -118,6 +118,12 @@ def _expanded(expr: Expr, lets: Mapping[str, Expr]) -> Expr:
     return expr
 
 
+def _unbound(lets: Mapping[str, Expr], names: set[str]) -> dict[str, Expr]:
+    """`lets` under a binder of `names`: a let those names shadow, or whose expansion reads one
+    of them (it would now read the new binding), is no longer known."""
+    return {n: e for n, e in lets.items() if n not in names and not free_vars(e) & names}
+
+
 def _size(expr: Expr) -> int:
     return sum(1 for _ in walk(expr))
 
@@ -154,13 +160,12 @@ class _Reuse:
         match e:
             case Let(name=n, value=v, body=b):
                 value = self.go(v, rows, lets, rebound)
-                inner = dict(lets)
                 expanded = _expanded(value, lets)
-                if _size(expanded) <= EXPANSION_LIMIT:
-                    inner[n] = expanded
-                else:
-                    inner.pop(n, None)
-                return Let(n, value, self.go(b, rows, inner, rebound | {n}), span=e.span)
+                inner = _unbound(lets, {n})
+                if _size(expanded) <= EXPANSION_LIMIT and n not in free_vars(expanded):
+                    inner[n] = expanded  # (one reading the name it rebinds would read the new binding)
+                inner_rows = tuple(r for r in rows if r != n)  # a rebound row name is no row of the map
+                return Let(n, value, self.go(b, inner_rows, inner, rebound | {n}), span=e.span)
             case LetTuple():
                 return e
             case Sum(key=k, val=v, source=src, body=b):
@@ -168,7 +173,7 @@ class _Reuse:
                 inner_rows = tuple(r for r in rows if r not in (k, v))
                 if src == s.rows and (v != "_" or k != "_"):
                     inner_rows = (v if v != "_" else k,) + inner_rows
-                body = self.go(b, inner_rows, lets, rebound | {k, v})
+                body = self.go(b, inner_rows, _unbound(lets, {k, v}), rebound | {k, v})
                 return self._reuse(Sum(k, v, source, body, span=e.span), rows, lets)
         return map_children(e, lambda child: self.go(child, rows, lets, rebound))
 
@@ -190,7 +195,7 @@ class _Reuse:
         if not any(node == value for node in walk(loop.body)):
             return loop
         loop = Sum(key, loop.val, loop.source, loop.body, span=loop.span)
-        binders = frozenset({loop.key, loop.val, row} | free_vars(value))
+        binders = frozenset({loop.key, loop.val, row, s.name} | free_vars(value))  # (H(row) reads s.name)
         entry = self.fresh(loop.val.split("_")[0] or "v")
         body = _replace_all(loop.body, value, Var(entry), binders)
         stored_row = Lookup(Var(s.name), Var(row))
