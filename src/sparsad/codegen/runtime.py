@@ -98,9 +98,13 @@ def trie_new(capacity):
 
 @njit(cache=True, nogil=True)
 def trie_reset(nodes, table, state):
-    """Empty the trie (a fill): free the slots of its nodes."""
-    for node in range(1, state[0]):
-        table[nodes[node, TRIE_SLOT]] = -1
+    """Empty the trie (a fill): free the slots of its nodes (the whole used table at once when they
+    fill more than a sixteenth of it: a memset costs less than scattered writes)."""
+    if 16 * state[0] > state[1]:
+        table[:state[1] + 1] = -1
+    else:
+        for node in range(1, state[0]):
+            table[nodes[node, TRIE_SLOT]] = -1
     state[0] = 1
     nodes[0, TRIE_FIRST] = -1
     nodes[0, TRIE_LAST] = -1
