@@ -14,7 +14,8 @@ small ones from unit cotangents); these are written here from the derivative by 
 
 Prints the first call (compile + run), the steady time of sparsad and of the closed form and
 their ratio (one run, the least of a few calls, the load average recorded; also their CPU times
-and its ratio, steadier on a loaded machine), checks that both
+and its ratio, steadier on a loaded machine, and the ratio of user times, steadier still when
+other processes press on memory), checks that both
 give the same tensor, and writes bench/results/large_jacobians.csv and .png.
 """
 from __future__ import annotations
@@ -84,15 +85,18 @@ def attn_k_closed_form(I):
 CASES = [("gcn_layer", "X", gcn_x_closed_form), ("attn_output", "K", attn_k_closed_form)]
 
 
-def _cpu_time(call, repeat: int = 2) -> float:
-    """The least CPU time (this process, user + system) of a few calls: on a shared machine the
-    wall time of both sides grows with the load (memory bandwidth too), the CPU time less so."""
-    best = float("inf")
+def _cpu_time(call, repeat: int = 3) -> tuple[float, float]:
+    """The least CPU time (this process, user + system) of a few calls, and the least user time:
+    on a shared machine the wall time of both sides grows with the load (memory bandwidth too),
+    the CPU time less so; the system time (page faults of fresh buffers, which both sides pay)
+    grows with the memory pressure other processes make, the user time hardly."""
+    best, best_user = float("inf"), float("inf")
     for _ in range(repeat):
-        start = time.process_time()
+        start, user = time.process_time(), os.times().user
         call()
         best = min(best, time.process_time() - start)
-    return best
+        best_user = min(best_user, os.times().user - user)
+    return best, best_user
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -124,10 +128,12 @@ def run(quick: bool = False) -> list[dict]:
         del ours, coords, values, idx, reference
         steady = best_time(lambda: derivative(**args), repeat=2, warmup=0, budget_s=60, reduce=min)
         closed_s = best_time(lambda: closed(P.raw), repeat=2, warmup=0, budget_s=60, reduce=min)
-        ours_cpu, closed_cpu = _cpu_time(lambda: derivative(**args)), _cpu_time(lambda: closed(P.raw))
+        (ours_cpu, ours_user), (closed_cpu, closed_user) = (_cpu_time(lambda: derivative(**args)),
+                                                            _cpu_time(lambda: closed(P.raw)))
         rows.append(dict(program=program, wrt=wrt, entries=entries,
                          first_s=first, sparsad_s=steady, closed_s=closed_s, ratio=steady / closed_s,
                          sparsad_cpu_s=ours_cpu, closed_cpu_s=closed_cpu, cpu_ratio=ours_cpu / closed_cpu,
+                         user_ratio=ours_user / closed_user,
                          same_pattern=same_pattern, max_rel_err=error, load1=load))
     return rows
 

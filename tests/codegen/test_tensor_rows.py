@@ -89,3 +89,42 @@ def test_the_row_workspace_is_sized_by_the_memory_guard_before_it_is_allocated()
             derivative(A=A, X=X)
     finally:
         memory.set_memory_limit(None)
+
+
+# the GCN layer under names of its own (kernels are cached by program, and these calls run under
+# a lowered memory guard)
+GCN_GUARDED = """sum(<u, ur> in Adj)
+  let hu = sum(<v, av> in ur) av * Feat(v) in
+  let zu = sum(<k, hk> in hu) hk * Wt(k) in
+  { u -> sum(<o, zo> in zu) { o -> tanh(zo) } }"""
+
+
+@pytest.mark.parametrize("warn", [None, "4KB"])
+def test_a_result_over_the_warning_threshold_warns_on_every_call_and_is_right(warn):
+    """The Jacobian (6 x 2 x 6 x 3 = 216 entries, 8.6 KB of COO arrays) warns on the first call and
+    on the repeated one alike when it is over the memory guard's warning threshold (the first call
+    outgrows the buffers the guard lets pass quietly and grows through the guard; the second is
+    sized from the first), on neither when it is not; the repeated call's arrays (views of buffers
+    sized by the first call) are the same tensor."""
+    from sparsad.memory import set_memory_limit
+
+    rng = np.random.default_rng(3)
+    A = sp.csr_matrix(rng.standard_normal((6, 6)))
+    X, W = rng.standard_normal((6, 3)), rng.standard_normal((3, 2))
+    derivative = sparsad.jacobian(GCN_GUARDED, wrt="Feat")
+    expected = sparsad.jacobian(GCN_GUARDED, wrt="Feat", interpret=True)(Adj=A, Feat=X, Wt=W)
+    expected = expected.to_numpy() if isinstance(expected, StoredTensor) else np.asarray(expected)
+    set_memory_limit("1GB" if warn else None, warn)
+    try:
+        for _ in range(3):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = derivative.compiled(output="workspace")(Adj=A, Feat=X, Wt=W)
+            densify = [w for w in caught if issubclass(w.category, sparsad.DensifyWarning)]
+            assert not [w for w in caught if issubclass(w.category, sparsad.FallbackWarning)]
+            assert len(densify) == (1 if warn else 0), [str(w.message) for w in densify]
+            assert isinstance(got, StoredTensor) and got.nnz == 216
+            StoredTensor(got.format, got.shape, got.fields)  # valid arrays
+            np.testing.assert_allclose(got.to_numpy(), expected.reshape(got.shape), rtol=1e-12, atol=1e-14)
+    finally:
+        set_memory_limit(None)

@@ -53,7 +53,7 @@ def _ordered(d):
 @settings(max_examples=25, deadline=None)
 @given(depth=st.integers(2, 3), first=paths, second=paths)
 def test_a_trie_holds_what_nested_dicts_hold_in_their_order_across_fills(depth, first, second):
-    nodes, table, state = rt.trie_new()
+    nodes, table, state = rt.trie_new(rt.TRIE_NODES)
     values = np.empty(nodes.shape[0])
     for entries in (first, second):  # a second fill after a reset starts empty
         rt.trie_reset(nodes, table, state)
@@ -103,12 +103,14 @@ def test_a_row_is_flushed_in_order_whatever_its_cells(extents, data):
                 level_marks[offsets[m] + key] = True
                 level_keys[offsets[m] + level_counts[m]] = key
                 level_counts[m] += 1
-    out_idx, out_v = np.full(len(written) + 3, -7, np.int64), np.zeros(len(written) + 3)
-    rt.flush_tensor_row(written.copy(), len(written), val, mark, ext, level_keys, level_counts,
-                        level_marks, offsets, out_idx, out_v, 3)
-    assert out_idx[3:].tolist() == sorted(written.tolist())
-    assert out_v[3:].tolist() == [c + 0.5 for c in sorted(written.tolist())]
-    assert list(out_idx[:3]) == [-7] * 3  # the rows before are left alone
+    out_crd, out_v = np.full((len(ext) + 1, len(written) + 3), -7, np.int64), np.zeros(len(written) + 3)
+    rt.flush_tensor_row(5, written.copy(), len(written), val, mark, ext, level_keys, level_counts,
+                        level_marks, offsets, out_crd, out_v, 3)
+    expected = sorted(written.tolist())
+    assert out_crd[0, 3:].tolist() == [5] * len(written)  # the row, then the cells' keys per mode
+    assert out_crd[1:, 3:].tolist() == [list(k) for k in np.unravel_index(np.array(expected, np.int64), extents)]
+    assert out_v[3:].tolist() == [c + 0.5 for c in expected]
+    assert (out_crd[:, :3] == -7).all()  # the entries before are left alone
     assert not mark.any() and not val.any() and not level_marks.any() and not level_counts.any()
 
 
@@ -195,3 +197,45 @@ def test_mttkrp_jacobians_on_coo_and_csf_tensors_equal_jax(fmt, shape, r, nnz, s
     # an n-d COO input has no outermost loop fixing the row: the result is what "auto" makes
     _compare(MTTKRP, "B", dict(T=T, B=B, C=C), lambda j, T, B, C: j.einsum("ijk,jr,kr->ir", T, B, C),
              dict(T=dense, B=B, C=C), output=None)
+
+
+# ---- a fill past the reserved nodes ----------------------------------------------------
+
+def test_a_fill_past_the_reserved_nodes_raises_and_the_trie_is_whole_after_a_reset():
+    nodes, table, state = rt.trie_new(16)
+    values = np.zeros(16)
+    for key in range(15):  # node 0 is the trie itself: 15 entries fit
+        values[rt.trie_child(nodes, values, table, state, 0, np.int64(key))] += key
+    with pytest.raises(MemoryError, match="outgrew its reserved nodes"):
+        rt.trie_child(nodes, values, table, state, 0, np.int64(99))
+    # what was there is still found; nothing was written past the pool or the table
+    assert [rt.trie_get(nodes, values, table, state, 0, key, -1.0) for key in range(15)] == list(range(15))
+    assert state[0] == 16 and rt.trie_find(nodes, table, state, 0, 99) == -1
+    rt.trie_reset(nodes, table, state)
+    reference: dict = {}
+    _fill(nodes, values, table, state, 2, [(k % 3, k, 0, 1.0) for k in range(12)], reference)
+    assert _ordered(_items(nodes, values, 0, 2)) == _ordered(reference)
+
+
+# the GCN layer under other names: a program no other test compiles (kernels are cached by program)
+GCN_SMALL_TRIES = """sum(<row, rr> in Adj)
+  let hid = sum(<col, av> in rr) av * Feat(col) in
+  let pre = sum(<k, hk> in hid) hk * Wt(k) in
+  { row -> sum(<o, po> in pre) { o -> tanh(po) } }"""
+
+
+def test_a_jacobian_whose_tangent_outgrows_the_tries_falls_back_with_the_right_answer(monkeypatch):
+    """A kernel whose row tangent needs more trie nodes than reserved (here 16, lowered for the
+    test; 2**19 in use) stops with MemoryError before writing past them: the call runs in the
+    interpreter with a FallbackWarning and returns the right Jacobian (JAX's), never a partial one."""
+    jax, jnp = jax_numpy()
+    rng = np.random.default_rng(7)
+    A = sp.csr_matrix(rng.standard_normal((5, 5)) * (rng.random((5, 5)) < 0.8))
+    X, W = rng.standard_normal((5, 3)), rng.standard_normal((3, 2))
+    expected = np.asarray(jax.jacfwd(lambda x: jnp.tanh(jnp.asarray(A.toarray()) @ x @ W))(X))
+    monkeypatch.setattr(rt, "TRIE_NODES", 16)
+    derivative = sparsad.jacobian(GCN_SMALL_TRIES, wrt="Feat")
+    with pytest.warns(sparsad.FallbackWarning, match="reserved nodes"):
+        got = derivative.compiled(output="workspace")(Adj=A, Feat=X, Wt=W)
+    got = got.to_numpy() if isinstance(got, StoredTensor) else np.asarray(got)
+    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-10, atol=1e-12)

@@ -283,7 +283,8 @@ class _Emitter:
                              f"    {c}_mark[{c}_keys[{c}_t]] = False",
                              f"{c}_n = 0")
                 elif container.kind == "trie":
-                    self.put(indent, f"rt.trie_reset({c}_nd, {c}_tb, {c}_n)")
+                    self.put(indent, f"rt.trie_reset({c}_nd, {c}_tb, {c}_n)",
+                             *_trie_path_reset(c, container.depth))
                 elif container.depth >= 2:
                     row = _row_type(container.leaf, container.depth - 1)
                     self.put(indent, f"{c} = Dict.empty(key_type=types.int64, value_type={row})")
@@ -303,10 +304,18 @@ class _Emitter:
                                                       self.program.leaf))
             case Accumulate(target=c, keys=keys, value=v) if self.containers[c].kind == "trie":
                 # the node at each key, made when absent; the number at the last one
+                # the path of the last write at each level is remembered (nodes live until the
+                # trie's reset): consecutive writes under the same keys skip their lookups
                 self.put(indent, "_tn = 0")
-                for key in keys:
-                    self.put(indent, f"_tn = rt.trie_child({c}_nd, {c}_vl, {c}_tb, {c}_n, _tn, "
-                                     f"np.int64({self.expr(key)}))")
+                for d, key in enumerate(keys):
+                    self.put(indent, f"_tk = np.int64({self.expr(key)})",
+                             f"if {c}_pn{d} >= 0 and {c}_pp{d} == _tn and {c}_pk{d} == _tk:",
+                             f"    _tn = {c}_pn{d}",
+                             "else:",
+                             f"    {c}_pp{d} = _tn",
+                             f"    _tn = rt.trie_child({c}_nd, {c}_vl, {c}_tb, {c}_n, _tn, _tk)",
+                             f"    {c}_pk{d} = _tk",
+                             f"    {c}_pn{d} = _tn")
                 self.put(indent, f"{c}_vl[_tn] += {self.expr(v)}")
             case Accumulate(target=c, keys=keys, value=v) if len(keys) > 2:
                 # a deeper container: find or make the row at each key but the last
@@ -354,6 +363,22 @@ class _Emitter:
                 self.put(indent, *s.emit_lines(self.expr))
             case _:
                 raise TypeError(f"not an IR statement: {s!r}")
+
+
+def _trie_nodes() -> int:
+    """The nodes a trie reserves (`runtime.TRIE_NODES`, read when the source is written: a test
+    lowers it to drive a fill past it; a power of two of at least 8)."""
+    from sparsad.codegen import runtime
+
+    nodes = int(runtime.TRIE_NODES)
+    if nodes < 8 or nodes & (nodes - 1):
+        raise ValueError(f"runtime.TRIE_NODES must be a power of two of at least 8, not {nodes}")
+    return nodes
+
+
+def _trie_path_reset(name: str, depth: int) -> list[str]:
+    """Forget the trie's remembered write path (its nodes are made again after a reset)."""
+    return [f"{name}_pn{d} = -1" for d in range(depth)]
 
 
 def _row_type(leaf: str, depth: int) -> str:
@@ -404,8 +429,10 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
             emitter.put(body_indent, f"{container.name}_val = np.zeros({container.name}_size, {dtype})")
         elif container.kind == "trie":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
-            emitter.put(body_indent, f"{c}_nd, {c}_tb, {c}_n = rt.trie_new()",
-                        f"{c}_vl = np.empty({c}_nd.shape[0], {dtype})")
+            emitter.put(body_indent, f"{c}_nd, {c}_tb, {c}_n = rt.trie_new({_trie_nodes()})",
+                        f"{c}_vl = np.empty({c}_nd.shape[0], {dtype})",
+                        *(line for d in range(container.depth) for line in (f"{c}_pp{d} = -1", f"{c}_pk{d} = 0")),
+                        *_trie_path_reset(c, container.depth))
         elif container.kind == "grid":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
             emitter.put(body_indent, f"{c}_val = np.zeros(({c}_size, {c}__cols_size), {dtype})")
@@ -683,11 +710,14 @@ class Kernel:
                     nbytes = _guard_memory(plan, loops.depth, extents, dtype, capacity, workspace_sizes, grids)
                     if nbytes <= min(warn_threshold(), memory_limit()):
                         self._quiet_sizes = (sizes, nbytes)
-                out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared)
+                out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared,
+                                              hint=self._capacity_hint)
                 raw = self.function(*args, *out_args)
                 if not self._appends or not O.overflowed(plan, raw):
                     break
-                capacity *= 4  # the append buffers were full: rerun with more room
+                # the append buffers were full: rerun with more room than they had (an output
+                # may have allocated more than asked: tensor_rows)
+                capacity = 4 * max(capacity, len(out_args[-1] if plan.kind == "coo" else out_args[1]))
             if self._appends:
                 self._capacity_hint = max(self._capacity_hint, int(raw[0]))
         except Exception as error:

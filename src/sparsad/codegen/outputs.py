@@ -495,8 +495,9 @@ def plain_kind(plan: OutputPlan) -> str | None:
 
 
 def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dtype,
-                     capacity: int, inputs: dict | None = None) -> tuple:
-    """The values of output_params for one call (inputs: the prepared kernel inputs)."""
+                     capacity: int, inputs: dict | None = None, hint: int = 0) -> tuple:
+    """The values of output_params for one call (inputs: the prepared kernel inputs; hint: the
+    entries the last call appended, 0 on the first)."""
     if plan.kind == "pattern":
         return (np.zeros(len(inputs[plan.pattern[2]]), dtype=dtype),)
     if plan.kind == "entries":
@@ -508,7 +509,7 @@ def output_arguments(plan: OutputPlan, depth: int, extents: list[int | None], dt
     if plan.kind == "coo":
         return (*(np.empty(capacity, np.int64) for _ in range(depth)), np.empty(capacity, dtype))
     if plan.kind == "workspace" and plan.result_format == tensor_rows.TENSOR:
-        return tensor_rows.arguments(extents, dtype, capacity)
+        return tensor_rows.arguments(extents, dtype, capacity, hint)
     if plan.kind == "workspace":
         return (np.empty(capacity, np.int64), np.empty(capacity, dtype),
                 np.zeros(extents[0], np.int64), int(extents[1]))

@@ -75,15 +75,18 @@ _TRIE_START = 256     # the table's first used part
 
 
 @njit(cache=True, nogil=True)
-def trie_new():
-    """(nodes, table, state) of an empty trie; state = [node count, table mask]. Its numbers:
-    np.empty(TRIE_NODES, dtype) (each is set when its node is made)."""
-    nodes = np.empty((TRIE_NODES, 6), np.int64)
-    table = np.empty(2 * TRIE_NODES, np.int64)
-    table[:_TRIE_START] = -1
+def trie_new(capacity):
+    """(nodes, table, state) of an empty trie of at most `capacity` nodes (a power of two; the
+    kernels pass TRIE_NODES, written into their source); state = [node count, table mask]. Its
+    numbers: np.empty(capacity, dtype) (each is set when its node is made). A fill making more
+    nodes raises MemoryError (the kernel's caller then runs the program interpreted)."""
+    nodes = np.empty((capacity, 6), np.int64)
+    table = np.empty(2 * capacity, np.int64)
+    start = min(_TRIE_START, 2 * capacity)
+    table[:start] = -1
     state = np.empty(2, np.int64)
     state[0] = 1
-    state[1] = _TRIE_START - 1
+    state[1] = start - 1
     nodes[0, TRIE_KEY] = 0
     nodes[0, TRIE_NEXT] = -1
     nodes[0, TRIE_FIRST] = -1
@@ -95,9 +98,13 @@ def trie_new():
 
 @njit(cache=True, nogil=True)
 def trie_reset(nodes, table, state):
-    """Empty the trie (a fill): free the slots of its nodes."""
-    for node in range(1, state[0]):
-        table[nodes[node, TRIE_SLOT]] = -1
+    """Empty the trie (a fill): free the slots of its nodes (the whole used table at once when they
+    fill more than a sixteenth of it: a memset costs less than scattered writes)."""
+    if 16 * state[0] > state[1]:
+        table[:state[1] + 1] = -1
+    else:
+        for node in range(1, state[0]):
+            table[nodes[node, TRIE_SLOT]] = -1
     state[0] = 1
     nodes[0, TRIE_FIRST] = -1
     nodes[0, TRIE_LAST] = -1
@@ -187,16 +194,18 @@ def trie_child(nodes, values, table, state, parent, key):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def flush_tensor_row(keys, n, val, mark, extents, level_keys, level_counts, level_marks, offsets,
-                     out_idx, out_v, out_n):
-    """Append the n cells keys[:n] of an n-d row workspace (linear index over `extents`, the
-    modes after the first) to out_idx/out_v from out_n in ascending order, and clear them.
+def flush_tensor_row(row, keys, n, val, mark, extents, level_keys, level_counts, level_marks, offsets,
+                     out_crd, out_v, out_n):
+    """Append the n cells keys[:n] of row `row`'s n-d workspace (linear index over `extents`, the
+    modes after the first) to the coordinates out_crd[:, out_n:] (one row per mode, the first
+    mode `row`) and the values out_v[out_n:] in ascending order, and clear them.
 
     level_keys[offsets[l]:][:level_counts[l]] holds the distinct keys of mode l among the
     cells (marked in level_marks as the kernel wrote them). When the block they span (the
     product of the counts) holds at most 32 cells per entry (a Jacobian row dense in some modes,
-    a few keys in the others), the block is read in order off the marks, with no sort; otherwise
-    the cells are sorted. The counts and marks are cleared for the next row."""
+    a few keys in the others), the block is read in order off the marks, with no sort, and each
+    cell's coordinates are the block's keys (no division); otherwise the cells are sorted and
+    their coordinates divided out. The counts and marks are cleared for the next row."""
     modes = extents.shape[0]
     cells = 1.0
     for m in range(modes):
@@ -216,9 +225,13 @@ def flush_tensor_row(keys, n, val, mark, extents, level_keys, level_counts, leve
                 base = base * extents[m] + level_keys[offsets[m] + position[m]]
             base *= extents[modes - 1]
             for u in range(level_counts[modes - 1]):
-                c = base + level_keys[last + u]
+                key = level_keys[last + u]
+                c = base + key
                 if mark[c]:
-                    out_idx[t] = c
+                    out_crd[0, t] = row
+                    for m in range(modes - 1):
+                        out_crd[m + 1, t] = level_keys[offsets[m] + position[m]]
+                    out_crd[modes, t] = key
                     out_v[t] = val[c]
                     val[c] = 0
                     mark[c] = False
@@ -236,7 +249,11 @@ def flush_tensor_row(keys, n, val, mark, extents, level_keys, level_counts, leve
         sort_prefix(keys, n)
         for u in range(n):
             c = keys[u]
-            out_idx[t] = c
+            out_crd[0, t] = row
+            rest = c
+            for m in range(modes - 1, -1, -1):
+                out_crd[m + 1, t] = rest % extents[m]
+                rest //= extents[m]
             out_v[t] = val[c]
             val[c] = 0
             mark[c] = False

@@ -95,20 +95,25 @@ def note_keys(keys: list[str]) -> list[str]:
 
 
 def epilogue(row: str, overflow: str) -> list[str]:
-    """Kernel lines at the end of row `row`: its cells appended in order (`rt.flush_tensor_row`:
-    read off the block of the modes' distinct keys when it is dense enough, else sorted)."""
+    """Kernel lines at the end of row `row`: its cells appended in order, as coordinates and values
+    (`rt.flush_tensor_row`: read off the block of the modes' distinct keys when it is dense
+    enough, else sorted)."""
     return ["if w_n > 0:",
-            "    if out_n + w_n > out_idx.shape[0]:",
+            "    if out_n + w_n > out_v.shape[0]:",
             f"        return {overflow}",
-            "    rt.flush_tensor_row(w_keys, w_n, w_val, w_mark, w_ext, w_lk, w_lc, w_lm, w_loff,"
+            f"    rt.flush_tensor_row({row}, w_keys, w_n, w_val, w_mark, w_ext, w_lk, w_lc, w_lm, w_loff,"
             " out_idx, out_v, out_n)",
             "    out_n += w_n",
-            f"    row_nnz[{row}] += w_n",
             "    w_n = 0"]
 
 
-def arguments(extents, dtype, capacity: int) -> tuple:
-    """The output arguments of one call: buffers, the per-row counts, the workspace size, extents."""
+def arguments(extents, dtype, capacity: int, hint: int = 0) -> tuple:
+    """The output arguments of one call: the coordinate buffer (one row per mode) and the values,
+    the per-row counts (unused: the parameter the CSR workspace shares), the workspace size and the
+    extents. `hint`: the entries of the last call (0 on the first): room for them and a quarter
+    more, so that the result can be views of the buffers (`finish`); else room for every entry up
+    to what the memory guard lets pass quietly (pages never written are never touched): a rerun
+    of the whole kernel per 4x growth of the buffers costs as much as the run."""
     from sparsad.memory import check_allocation, memory_limit, warn_threshold
 
     cells = int(np.prod([int(e) for e in extents[1:]], dtype=np.int64))
@@ -116,63 +121,35 @@ def arguments(extents, dtype, capacity: int) -> tuple:
     if nbytes > min(warn_threshold(), memory_limit()):
         check_allocation(nbytes, f"the row workspace of the result ({cells} cells)",
                          "solve a smaller problem", stacklevel=6)
-    # room for every entry up to what the guard lets pass quietly (pages never written are never
-    # touched): a rerun of the whole kernel per 4x growth of the buffers cost as much as the run
-    quiet_entries = int(min(warn_threshold(), memory_limit()) // (8 + np.dtype(dtype).itemsize))
-    capacity = max(int(capacity), min(int(extents[0]) * cells, quiet_entries))
-    return (np.empty(capacity, np.int64), np.empty(capacity, dtype), np.zeros(int(extents[0]), np.int64),
+    order = len(extents)
+    # the bytes per entry the memory guard counts (numba_backend._guard_memory): a result over the
+    # quiet room overflows it and grows through the guard, which then warns, on every call alike
+    quiet_entries = int(min(warn_threshold(), memory_limit()) // (8 * order + np.dtype(dtype).itemsize))
+    room = min(int(extents[0]) * cells, quiet_entries)
+    wanted = min(hint + hint // 4 + 16, room) if hint > 0 else room
+    capacity = max(int(capacity), wanted)
+    return (np.empty((order, capacity), np.int64), np.empty(capacity, dtype), np.zeros(int(extents[0]), np.int64),
             cells, *(int(e) for e in extents[1:]))
 
 
 def finish(raw, arguments: tuple, extents):
-    """The COO StoredTensor of the rows the kernel appended (sorted, unique: nothing to sort)."""
+    """The COO StoredTensor of the rows the kernel appended (sorted, unique: nothing to sort): views
+    of the buffers when the entries fill most of them (a repeated call, sized by the last one),
+    else copies (that do not keep the larger buffers alive)."""
     from sparsad.formats.format import coo
     from sparsad.formats.tensor import StoredTensor
 
     count = int(raw[0])
-    columns, values = raw[1][:count], raw[2][:count]
+    coordinates, values = raw[1], raw[2]
+    keep = (lambda a: a[:count]) if 4 * count >= 3 * len(values) else (lambda a: a[:count].copy())
     shape = tuple(int(e) for e in extents)
-    # the values copied in the same pass (not views that keep the larger buffers alive)
-    coordinates, values = _decoder()(columns, values, arguments[2],
-                                     np.array([max(n, 1) for n in shape], np.int64))
     # the COO levels of entries in order, each once (what build_levels would find after checking)
     fmt = coo(len(shape))
     fields: dict = {fmt.levels[0].count: count}
     for level, coordinate in zip(fmt.levels, coordinates):
-        fields[level.crd] = coordinate
-    fields[fmt.values] = values
+        fields[level.crd] = keep(coordinate)
+    fields[fmt.values] = keep(values)
     return StoredTensor._trusted(fmt, shape, fields)
-
-
-_DECODE = None
-
-
-def _decoder():
-    """`decode(columns, values, row_nnz, extents)`: the coordinates (order x count) of the
-    appended entries, row by row, and a copy of their values (one pass in Numba; compiled on
-    first use, cached on disk)."""
-    global _DECODE
-    if _DECODE is None:
-        from numba import njit
-
-        def decode(columns, values, row_nnz, extents):
-            order = len(extents)
-            out = np.empty((order, len(columns)), np.int64)
-            copied = np.empty(len(columns), values.dtype)
-            e = 0
-            for row in range(len(row_nnz)):
-                for _ in range(row_nnz[row]):
-                    out[0, e] = row
-                    rest = columns[e]
-                    for mode in range(order - 1, 0, -1):
-                        out[mode, e] = rest % extents[mode]
-                        rest //= extents[mode]
-                    copied[e] = values[e]
-                    e += 1
-            return out, copied
-
-        _DECODE = njit(cache=True, nogil=True)(decode)
-    return _DECODE
 
 
 __all__ = ["ROW_CELLS_LIMIT", "tensor_row_loop", "fits", "params", "linear_column", "prologue", "note_keys",
