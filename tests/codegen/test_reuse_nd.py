@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import sparsad
 from sparsad.codegen.reuse import ConversionCache
-from sparsad.formats import from_coordinates
+from sparsad.formats import from_arrays, from_coordinates
 
 LEVELS = {3: "sum(<i, ti> in T) sum(<j, tj> in ti) sum(<k, t> in tj) ",
           4: "sum(<i, ti> in T) sum(<j, tj> in ti) sum(<k, tk> in tj) sum(<l, t> in tk) "}
@@ -28,8 +28,16 @@ def multilinear(order: int) -> str:
     return LEVELS[order] + FACTORS[order]
 
 
+def own_arrays(tensor) -> sparsad.formats.StoredTensor:
+    """`tensor` over index arrays of the caller's own (writeable copies, validated by from_arrays):
+    the index arrays of a tensor sparsad builds are frozen (formats.immutable), so the writes in
+    place these tests make are made on a tensor of the caller's arrays, which the cache checksums."""
+    fields = {f: (np.array(a) if isinstance(a, np.ndarray) else a) for f, a in tensor.fields.items()}
+    return from_arrays(tensor.format, tensor.shape, **fields)
+
+
 def coo(coords: np.ndarray, values: np.ndarray, shape: tuple) -> sparsad.formats.StoredTensor:
-    return from_coordinates(coords, values, shape, "coo")
+    return own_arrays(from_coordinates(coords, values, shape, "coo"))
 
 
 def random_coo(rng, shape: tuple, nnz: int):
@@ -239,7 +247,7 @@ def test_a_csf_tensor_written_in_place_out_of_range_raises_on_repeated_calls(dec
     rng = np.random.default_rng(8)
     shape = (5, 4, 6)
     coords, values = random_coo(rng, shape, 20)
-    T = from_coordinates(coords, values, shape, "csf")
+    T = own_arrays(from_coordinates(coords, values, shape, "csf"))
     vectors = vectors_for(rng, shape)
     grad_a = sparsad.grad(multilinear(3), wrt="a")
     if declared:
@@ -249,3 +257,92 @@ def test_a_csf_tensor_written_in_place_out_of_range_raises_on_repeated_calls(dec
     T["pos1"][-1] = T["pos1"][-1] + 50  # past the end of idx1
     with pytest.raises(sparsad.errors.SparsadError):
         grad_a(T=T, **named(vectors))
+
+
+# -- tensors sparsad built: frozen index arrays (formats.immutable) certified without reading them --
+
+def counting_fingerprints(monkeypatch) -> list:
+    """Every call of the cache's fingerprint pass over some array's contents, recorded."""
+    import sparsad.codegen.reuse as reuse
+
+    calls: list = []
+    original = reuse._fingerprint
+
+    def counted(*arguments):
+        calls.append(len(arguments) - 1)
+        return original(*arguments)
+
+    monkeypatch.setattr(reuse, "_fingerprint", counted)
+    return calls
+
+
+@pytest.mark.parametrize("order", [3, 4])
+def test_frozen_index_arrays_are_never_read_again_and_values_are_read_fresh(order, monkeypatch):
+    rng = np.random.default_rng(40 + order)
+    shape = (5, 4, 6) if order == 3 else (4, 3, 3, 5)
+    coords, values = random_coo(rng, shape, 22)
+    T = from_coordinates(coords, values, shape, "coo")  # sparsad's own: frozen index arrays
+    vectors = vectors_for(rng, shape)
+    grad_T = sparsad.grad(sqnorm(order), wrt="T")
+    grad_a = sparsad.grad(multilinear(order), wrt="a")
+    value = sparsad.compile(sqnorm(order))
+    for f in (grad_T, value):
+        f(T=T)
+    grad_a(T=T, **named(vectors))
+    calls = counting_fingerprints(monkeypatch)
+    for _ in range(3):
+        np.testing.assert_array_equal(grad_T(T=T).values, 2 * T.values)
+        assert value(T=T) == pytest.approx(float(T.values @ T.values), rel=1e-12)
+        np.testing.assert_allclose(grad_a(T=T, **named(vectors)), multilinear_grad_a(T, vectors), rtol=1e-12)
+        T.values[:] = rng.standard_normal(T.nnz)  # in place: the values are not frozen
+    assert calls == []
+    # the caller's own index arrays (the same entries): fingerprinted on every repeated call
+    own = coo(coords, T.values.copy(), shape)
+    for _ in range(2):
+        np.testing.assert_array_equal(grad_T(T=own).values, 2 * own.values)
+    assert calls and all(n > 0 for n in calls)
+
+
+def test_a_frozen_tensor_refuses_index_writes_and_its_answers_stay_right():
+    rng = np.random.default_rng(9)
+    shape = (4, 3, 3, 5)
+    coords, values = random_coo(rng, shape, 16)
+    T = from_coordinates(coords, values, shape, "coo")
+    vectors = vectors_for(rng, shape)
+    grad_a = sparsad.grad(multilinear(4), wrt="a")
+    for _ in range(2):
+        np.testing.assert_allclose(grad_a(T=T, **named(vectors)), multilinear_grad_a(T, vectors), rtol=1e-12)
+    for d in range(4):
+        with pytest.raises(ValueError):
+            T[f"idx{d}"][0] = 0
+        with pytest.raises(ValueError):
+            T[f"idx{d}"].flags.writeable = True
+        with pytest.raises(ValueError):
+            T[f"idx{d}"].resize(T.nnz + 1, refcheck=False)
+    np.testing.assert_array_equal(coords_of(T), coords)
+    np.testing.assert_allclose(grad_a(T=T, **named(vectors)), multilinear_grad_a(T, vectors), rtol=1e-12)
+    # a field replaced by a writeable array of other contents: another object, converted again
+    T._fields["idx3"] = np.array(T["idx3"]) + 1
+    np.testing.assert_allclose(grad_a(T=T, **named(vectors)), multilinear_grad_a(T, vectors), rtol=1e-12)
+    T["idx3"][:] -= 1  # ... and now the caller's to write in place: seen by checksum
+    np.testing.assert_allclose(grad_a(T=T, **named(vectors)), multilinear_grad_a(T, vectors), rtol=1e-12)
+
+
+def test_new_tensors_over_the_same_frozen_arrays_are_converted_again():
+    from sparsad.formats.pattern import with_values
+
+    rng = np.random.default_rng(10)
+    shape = (4, 3, 3, 5)
+    coords, values = random_coo(rng, shape, 18)
+    T = from_coordinates(coords, values, shape, "coo")
+    grad_T = sparsad.grad(sqnorm(4), wrt="T")
+    value = sparsad.compile(sqnorm(4))
+    for _ in range(2):
+        assert value(T=T) == pytest.approx(float(T.values @ T.values), rel=1e-12)
+    for other in (with_values(T, 3 * T.values), sparsad.formats.StoredTensor(T.format, T.shape, T.fields)):
+        for _ in range(2):
+            assert value(T=other) == pytest.approx(float(other.values @ other.values), rel=1e-12)
+            result = grad_T(T=other)
+            np.testing.assert_array_equal(result.values, 2 * other.values)
+            np.testing.assert_array_equal(coords_of(result), coords)
+        assert value(T=T) == pytest.approx(float(T.values @ T.values), rel=1e-12)

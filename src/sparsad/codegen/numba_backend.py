@@ -32,6 +32,7 @@ import numpy as np
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
 from sparsad.codegen.dense_loops import rewrite_dense_loops
+from sparsad.codegen.position_nests import flatten_position_nests
 from sparsad.codegen.ir import sized_containers
 from sparsad.codegen.prefix import index_names, prefix_workspaces
 from sparsad.codegen.loops import (OUTPUT, Accumulate, AddTo, Assign, Choose, Fill, Fn,
@@ -1008,6 +1009,7 @@ def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = 
     static = [shape[d] if shape is not None else static[d] for d in range(loops.depth)]
     known = tuple(static[d] is not None or loops.key_ivs[d] is not None for d in range(loops.depth))
     plan = O.choose_output(loops, output, known, tuple(static))
+    loops = flatten_position_nests(loops, plan)
     loops = rewrite_dense_loops(loops, plan, plain_workspaces(loops))
     kernel = Kernel(expr, input_types, loops, plan, None if shape is None else tuple(shape), renames)
     with _KERNELS_LOCK:

@@ -12,7 +12,11 @@ only when the input still holds everything the stored form was made from:
 - the same contents of every array the stored form does not share: the index arrays always (an
   index changed in place must be validated and converted again), values only when the stored form
   holds a copy of them (values changed in place in a buffer the stored form shares are read by the
-  kernel anyway: fresh, never stale).
+  kernel anyway: fresh, never stale). An array that nothing can write (`formats.immutable`: the
+  frozen index arrays of every tensor sparsad builds, read-only over a `bytes` buffer) holds the
+  same contents as long as it is the same object, which the entry keeps alive: it is not read at
+  all. So a tensor from `from_coordinates` costs a few identity checks per call, where the four
+  index arrays of a 46k-entry order-4 COO cost a 20 µs pass when they are the caller's own.
 
 Why this cannot go stale: the stored form is a function of those arrays' contents (and the
 shape, format and key), all of which are compared. Contents are compared through a 64-bit
@@ -28,8 +32,9 @@ changes the fingerprint). The pass is bound by memory bandwidth: for the four in
 order-4 COO, 20 µs, where a comparison against a private copy (twice the bytes) took 27 µs, a
 weaker one-multiply mix 15 µs and a bare sum 13 µs.
 
-The stored form's arrays that are the checked arrays themselves, or the conversion's own (they
-share no memory with the input), cannot change while the entry holds (`ConversionCache.proven`):
+The stored form's arrays that are the checked arrays themselves, immutable arrays, or the
+conversion's own (they share no memory with the input), cannot change while the entry holds
+(`ConversionCache.proven`):
 nothing but the stored form holds the latter, and nothing writes to a stored form (results that
 share index arrays share the user's own, `formats.pattern.with_values`, or copies). A repeated
 call may then reuse the kernel guard's answer for them (`fastcall.RepeatCall.passed`).
@@ -44,6 +49,8 @@ from typing import Any, Callable
 
 import numpy as np
 from numba import literal_unroll, njit
+
+from sparsad.formats.immutable import immutable
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _ADDRESS_KEY = 0xD6E8FEB86659FD93  # keeps an array's address term apart from its contents' term
@@ -215,9 +222,10 @@ class _Entry:
 
 def _proven_fields(stored: Any, arrays: tuple, checked: tuple[int, ...]) -> frozenset:
     """The fields of the stored form whose contents stay what they are while the entry holds: a
-    checked array itself (its fingerprint is compared), or an array of the conversion's own (it
-    shares no memory with any array of the input: nothing but the stored form holds it, and
-    nothing writes to a stored form). Not the shared values, nor any view into the input."""
+    checked array itself (its fingerprint is compared), an `immutable` array (nothing can write
+    it), or an array of the conversion's own (it shares no memory with any array of the input:
+    nothing but the stored form holds it, and nothing writes to a stored form). Not the shared
+    values, nor any writeable view into the input."""
     fields = getattr(stored, "_fields", None)
     if not isinstance(fields, dict):
         return frozenset()
@@ -225,7 +233,7 @@ def _proven_fields(stored: Any, arrays: tuple, checked: tuple[int, ...]) -> froz
     for field, array in fields.items():
         if not isinstance(array, np.ndarray):
             continue
-        if any(array is arrays[i] for i in checked) or \
+        if any(array is arrays[i] for i in checked) or immutable(array) or \
                 not any(np.may_share_memory(array, source) for source in arrays):
             proven.append(field)
     return frozenset(proven)
@@ -264,8 +272,8 @@ class ConversionCache:
             return entry.stored
         stored = convert()
         stored_values = getattr(stored, "values", None)
-        checked = tuple(range(n_index)) + tuple(
+        checked = tuple(i for i in range(n_index) if not immutable(arrays[i])) + tuple(
             i for i in range(n_index, len(arrays))
-            if stored_values is None or not _shared(arrays[i], stored_values))
+            if not immutable(arrays[i]) and (stored_values is None or not _shared(arrays[i], stored_values)))
         self._entries[name] = _Entry(value, key, arrays, checked, stored)
         return stored

@@ -29,6 +29,7 @@ import numpy as np
 from sparsad.errors import ShapeError
 from sparsad.formats.definition import key_plan
 from sparsad.formats.format import Format, csf
+from sparsad.formats.immutable import frozen
 from sparsad.formats.levels import Dense
 from sparsad.formats.tensor import StoredTensor
 
@@ -97,7 +98,8 @@ def csf_of_sorted(tensor: StoredTensor) -> StoredTensor:
     """`tensor` (a format with `sorted_unique` entries, e.g. an n-d COO) in CSF, sharing its
     values array: the same entries in the same order, so no sort and no copy of the values (a
     compiled program's conversion cache then need not checksum them, and a gradient written on
-    the CSF's entries is on the tensor's own). O(nnz) passes over the coordinates."""
+    the CSF's entries is on the tensor's own; its index arrays are `frozen`). O(nnz) passes over
+    the coordinates."""
     coords, values = tensor.coordinates()
     order, count = coords.shape
     index_dtype = next((tensor[f].dtype for f in tensor.format.fields()
@@ -115,9 +117,9 @@ def csf_of_sorted(tensor: StoredTensor) -> StoredTensor:
             fields["len"] = int(starts.size)
         else:  # pos: where each parent's run of children starts, by parent position
             owner = np.searchsorted(parents, starts, side="right") - 1
-            fields[f"pos{d}"] = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=parents.size)))) \
-                .astype(index_dtype)
-        fields[f"idx{d}"] = coords[d][starts].astype(index_dtype)
+            fields[f"pos{d}"] = frozen(np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=parents.size)))),
+                                       index_dtype)
+        fields[f"idx{d}"] = frozen(coords[d][starts], index_dtype)
         parents = starts
     fields["val"] = tensor.values
     return StoredTensor._trusted(csf_format(order), tensor.shape, fields)

@@ -73,6 +73,19 @@ class StoredTensor:
         self.shape = tuple(int(n) for n in shape)
         self._fields = dict(fields)
 
+    def __getstate__(self) -> tuple:
+        # which index arrays are frozen (formats.immutable): NumPy unpickles every array writeable
+        from sparsad.formats.immutable import immutable
+
+        frozen_fields = tuple(f for f, a in self._fields.items() if isinstance(a, np.ndarray) and immutable(a))
+        return self.format, self.shape, self._fields, frozen_fields
+
+    def __setstate__(self, state: tuple) -> None:
+        from sparsad.formats.immutable import frozen, immutable
+
+        self.format, self.shape, fields, frozen_fields = state
+        self._fields = {f: frozen(a) if f in frozen_fields and not immutable(a) else a for f, a in fields.items()}
+
     # ----- basic facts -----
     @property
     def fields(self) -> dict[str, Any]:
@@ -252,8 +265,10 @@ def scatter_dense(coords: np.ndarray, values: np.ndarray, shape: tuple[int, ...]
 
 def build_levels(fmt: Format, shape: tuple[int, ...], coords: np.ndarray, values: np.ndarray,
                  index_dtype=np.int64) -> dict[str, Any]:
-    """The fields of `fmt` holding `values` at in-range `coords` (order x n); duplicates add up."""
+    """The fields of `fmt` holding `values` at in-range `coords` (order x n); duplicates add up.
+    The index arrays are the tensor's own and `frozen` (formats.immutable); the values a copy."""
     from sparsad.formats.assemble import sort_and_sum
+    from sparsad.formats.immutable import frozen
 
     # one int64 key per entry, sorted once (not a lexicographic sort of every mode: formats.assemble)
     storage, values = sort_and_sum([coords[m] for m in fmt.mode_order],
@@ -282,11 +297,11 @@ def build_levels(fmt: Format, shape: tuple[int, ...], coords: np.ndarray, values
             if depth == 0:
                 fields[level.count] = kept
             elif parent is None:
-                fields[level.pos] = np.arange(count + 1, dtype=index_dtype)
+                fields[level.pos] = frozen(np.arange(count + 1, dtype=index_dtype))
             else:
                 per_parent = np.bincount(parent if new is None else parent[new], minlength=parent_count)
-                fields[level.pos] = np.concatenate(([0], np.cumsum(per_parent))).astype(index_dtype)
-            fields[level.crd] = (coordinate if new is None else coordinate[new]).astype(index_dtype)
+                fields[level.pos] = frozen(np.concatenate(([0], np.cumsum(per_parent))), index_dtype)
+            fields[level.crd] = frozen(coordinate if new is None else coordinate[new], index_dtype)
             parent = None if new is None else np.cumsum(new) - 1
             parent_count = kept
         else:
@@ -295,7 +310,7 @@ def build_levels(fmt: Format, shape: tuple[int, ...], coords: np.ndarray, values
                                   f"{depth} allows one entry per parent position, but some parent "
                                   f"has several; put a non-unique compressed level above it (as COO)")
             parent = None
-            fields[level.crd] = coordinate.astype(index_dtype)
+            fields[level.crd] = frozen(coordinate, index_dtype)
     if parent is None:  # one stored value per entry, in order (a copy: values may view a larger buffer)
         stored = np.array(values, copy=True)
     else:
