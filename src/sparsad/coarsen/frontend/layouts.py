@@ -30,17 +30,9 @@ def _ints(values, what: str, node) -> tuple[int, ...]:
 
 def _shape_args(args, node) -> tuple[int, ...]:
     """``reshape(2, 3)`` / ``reshape((2, 3))`` / ``reshape([2, 3])`` / ``reshape(6)``."""
-    if len(args) == 1 and isinstance(args[0], (tuple, list, torch_size_types())):
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):  # (torch.Size is a tuple)
         args = tuple(args[0])
     return _ints(args, "shape entry", node)
-
-
-def torch_size_types() -> tuple:
-    try:
-        import torch
-        return (torch.Size,)
-    except ImportError:  # pragma: no cover - torch is a dependency of the torch front end only
-        return ()
 
 
 def _resolved(shape: tuple[int, ...], size: int, node) -> tuple[int, ...]:
