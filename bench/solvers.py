@@ -8,6 +8,7 @@ Writes bench/results/solvers_*.csv and solvers_*.png.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import warnings
 
@@ -252,15 +253,20 @@ def interleaved_medians(fns: dict, rounds: int = 25, budget_s: float = 20.0, blo
 
 
 def jacobian_table(quick: bool) -> list[dict]:
-    """Colouring Jacobian of a 2-D Poisson residual: sparsad.torch (mode "auto", which picks the
-    compressed VJPs here, and mode "forward") and sparsad.jax vs dense jacfwd (torch and JAX, where
-    it fits) and sparsejac (JAX). JAX columns are steady-state jitted calls (the pattern is static,
-    so colouring happens at trace time, as in sparsejac). Medians of contenders taking turns.
+    """Colouring Jacobian of a 2-D Poisson residual: sparsad.torch (mode "auto", which for a function
+    called repeatedly takes coarsening's compiled compressed products, mode "reverse": compressed
+    autograd VJPs, and mode "forward") and sparsad.jax vs dense jacfwd (torch and JAX, where it
+    fits) and sparsejac (JAX). JAX columns are steady-state jitted calls (the pattern is static,
+    so colouring happens at trace time, as in sparsejac). Torch "ours" is timed in its steady
+    state: coarsening has traced f and compiled its gradient before (`ours_coarsened` says whether
+    the compiled code served the calls). Medians of contenders taking turns.
 
-    The lower bound: any method evaluates f at least once, so dense / (one evaluation of f) is the
-    largest speedup over dense that any method can reach (`bound_torch`, `bound_jax`); where it is
-    below 100, the 100x target cannot be met. One JVP and one VJP (f with its graph plus one
-    backward pass) are timed too: a method built on k of them costs at least k times as much.
+    The lower bound: any method that evaluates f in PyTorch evaluates it at least once, so dense /
+    (one evaluation of f) is the largest speedup over dense that such a method can reach
+    (`bound_torch`, `bound_jax`); where it is below 100, the 100x target cannot be met by them.
+    Coarsening's compiled products never evaluate f in PyTorch, so that bound does not hold for
+    them. One JVP and one VJP (f with its graph plus one backward pass) are timed too: a method
+    built on k of them costs at least k times as much.
 
     Dense torch is the faster of torch.func.jacfwd and torch.autograd.functional.jacobian
     (vectorize=True, forward mode), per n. `ours_torch_first_s` is a call given the pattern as a
@@ -279,6 +285,9 @@ def jacobian_table(quick: bool) -> list[dict]:
         from jax.experimental import sparse as jsparse
     except ImportError:  # pragma: no cover - sparsejac is in the bench extra
         sparsejac = None
+    from sparsad.coarsen import tiers
+
+    jacobian_module = sys.modules["sparsad.torch.jacobian"]
     rows = []
     compression_plan(SparseMatrix.from_scipy(_poisson_pattern(3)).pattern)  # load the compiled kernel first
     sides = [16, 32, 64, 1000] if quick else [16, 32, 64, 128, 256, 1000]
@@ -317,15 +326,26 @@ def jacobian_table(quick: bool) -> list[dict]:
             contenders["dense_vectorized"] = lambda: torch.autograd.functional.jacobian(
                 residual, u, vectorize=True, strategy="forward-mode")
             contenders["settle"] = lambda: residual(u)
+        coarsened, warm_until = False, time.perf_counter() + 180
+        while not coarsened and time.perf_counter() < warm_until:  # trace, compile, load, check: steady state
+            jacobian(residual, u, pattern=structure)
+            tiers.wait()
+            state = jacobian_module._COARSENED.get(residual)
+            coarsened = state is not None and state[1].ready((u, torch.zeros(n, dtype=u.dtype)))
+            if state is not None and state[2]:  # refused (it warned)
+                break
+            time.sleep(0.05)  # (the compiled code is loaded by a thread of this process)
         contenders.update({"ours": lambda: jacobian(residual, u, pattern=structure),
+                           "ours_reverse": lambda: jacobian(residual, u, pattern=structure, mode="reverse"),
                            "ours_forward": lambda: jacobian(residual, u, pattern=structure, mode="forward"),
                            "ours_first": lambda: jacobian(residual, u, pattern=pattern),
                            "f": lambda: residual(u), "jvp": lambda: torch.func.jvp(residual, (u,), (tangent,)),
                            "vjp": one_vjp})
         if dense_runs:
-            check = jacobian(residual, u, pattern=structure).to_dense()
-            if not torch.allclose(check, torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12):
-                raise AssertionError(f"colouring Jacobian differs from dense jacfwd at n = {n}")
+            for mode in ("auto", "reverse"):
+                check = jacobian(residual, u, pattern=structure, mode=mode).to_dense()
+                if not torch.allclose(check, torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12):
+                    raise AssertionError(f"colouring Jacobian (mode {mode}) differs from dense jacfwd at n = {n}")
         times = interleaved_medians(contenders, rounds=25 if n <= 65536 else 5, budget_s=30,
                                     block=4 if n <= 65536 else 2)
         nan = float("nan")
@@ -357,11 +377,13 @@ def jacobian_table(quick: bool) -> list[dict]:
         rows.append({"n": n, "colours_columns": column_colours, "colours_rows": row_colours,
                      "colouring_s": colouring_s,
                      "f_torch_s": times["f"], "jvp_torch_s": times["jvp"], "vjp_torch_s": times["vjp"],
-                     "ours_torch_s": times["ours"], "ours_torch_forward_s": times["ours_forward"],
+                     "ours_torch_s": times["ours"], "ours_coarsened": coarsened,
+                     "ours_torch_reverse_s": times["ours_reverse"], "ours_torch_forward_s": times["ours_forward"],
                      "ours_torch_first_s": times["ours_first"],
                      "dense_torch_jacfwd_s": times.get("dense", nan),
                      "dense_torch_vectorized_s": times.get("dense_vectorized", nan), "dense_torch_s": dense_s,
                      "dense_torch_over_ours": dense_s / times["ours"],
+                     "dense_torch_over_ours_reverse": dense_s / times["ours_reverse"],
                      "dense_torch_over_ours_forward": dense_s / times["ours_forward"],
                      "bound_torch": dense_s / times["f"],
                      "f_jax_jit_s": jax_times["f"], "jvp_jax_jit_s": jax_times["jvp"],
@@ -376,8 +398,7 @@ def jacobian_table(quick: bool) -> list[dict]:
 
 
 def jacobian_coarsen_table(quick: bool) -> list[dict]:
-    """Colouring Jacobian of a 1-D Bratu residual written with slices (which coarsening accepts;
-    the 2-D Poisson residual above reshapes and pads, which it refuses): sparsad.torch mode
+    """Colouring Jacobian of a 1-D Bratu residual written with slices: sparsad.torch mode
     "coarsen" (compressed VJPs from coarsening's compiled gradient, one call per row colour) and
     mode "reverse" (compressed VJPs by PyTorch autograd) vs dense torch jacfwd where it fits.
     Steady state: the coarsened code is compiled before timing (`coarsen_first_s` is the first
@@ -436,10 +457,13 @@ def _jacobian_summary(rows: list[dict]) -> None:
     for row in rows:
         if row["dense_torch_s"] == row["dense_torch_s"]:
             for side, ratio, bound in (("torch", "dense_torch_over_ours", "bound_torch"),
+                                       ("torch reverse", "dense_torch_over_ours_reverse", "bound_torch"),
                                        ("jax", "dense_jax_over_ours_jax", "bound_jax")):
                 feasible = "feasible" if row[bound] >= 100 else "IMPOSSIBLE (dense < 100 f)"
+                how = " (coarsened: never evaluates f in PyTorch, the bound does not apply)" \
+                    if side == "torch" and row.get("ours_coarsened") else ""
                 print(f"n = {row['n']} {side}: dense / ours {row[ratio]:.0f}x; dense / f {row[bound]:.0f}x -> 100x "
-                      f"{feasible}; {'met' if row[ratio] >= 100 else 'missed'}")
+                      f"{feasible} for methods evaluating f{how}; {'met' if row[ratio] >= 100 else 'missed'}")
     big = [row for row in rows if row["n"] >= 10**6]
     for row in big:
         print(f"n = {row['n']}: torch {row['ours_torch_s']:.3f} s, JAX {row['ours_jax_jit_s']:.3f} s (target < 1 s); "

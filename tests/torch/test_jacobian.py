@@ -461,24 +461,115 @@ def _coarsen_helper(v):
     return COARSEN_GAIN * torch.tanh(v)
 
 
+def neumann_residual(side: int):
+    """The Poisson residual with zero-flux boundaries (`replicate` padding: coarsening refuses it)."""
+    def residual(u):
+        grid = u.reshape(side, side)
+        padded = torch.nn.functional.pad(grid[None], (1, 1, 1, 1), mode="replicate")[0]
+        lap = 4 * grid - padded[:-2, 1:-1] - padded[2:, 1:-1] - padded[1:-1, :-2] - padded[1:-1, 2:]
+        return (lap + 0.1 * grid ** 3).reshape(-1)
+    return residual
+
+
 def test_coarsen_mode_falls_back_with_a_warning_naming_the_users_line():
-    """The bench's Poisson residual (reshape, pad): coarsening refuses it; the warning names the
-    line of f it refused, in f's file, and the Jacobian (from compressed autograd VJPs) is right."""
+    """A residual padding in mode "replicate": coarsening refuses it; the warning names the line of
+    f it refused, in f's file, and the Jacobian (from compressed autograd VJPs) is right."""
     from sparsad.coarsen import CoarsenFallbackWarning
 
     side = 5
-    residual = poisson_residual(side)
+    residual = neumann_residual(side)
     u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(2))
-    with pytest.warns(CoarsenFallbackWarning, match="reshape") as caught:
+    with pytest.warns(CoarsenFallbackWarning, match="replicate") as caught:
         J = sat.jacobian(residual, u, pattern=poisson_pattern(side), mode="coarsen")
     assert caught[0].filename == __file__
-    assert "u.reshape" in open(__file__).read().splitlines()[caught[0].lineno - 1]
+    assert 'mode="replicate"' in open(__file__).read().splitlines()[caught[0].lineno - 1]
     torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12)
     import warnings as warnings_module
     with warnings_module.catch_warnings():  # once per signature: the next call is quiet and right too
         warnings_module.simplefilter("error")
         J = sat.jacobian(residual, 2 * u, pattern=poisson_pattern(side), mode="coarsen")
     torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(residual)(2 * u), rtol=1e-12, atol=1e-12)
+
+
+def test_coarsen_mode_on_the_poisson_residual_runs_compiled_code_only(monkeypatch):
+    """The bench's residual (reshape, pad, 2-D slices): once compiled, J and the pattern check come
+    from coarsening's code alone (no autograd, no JVP) and equal dense jacfwd; a pattern missing
+    an entry still raises, through the compiled probe product."""
+    side = 6
+    residual = poisson_residual(side)
+    u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(5))
+    pattern = sat.SparseMatrix.from_scipy(poisson_pattern(side)).pattern
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.func, "jvp", None)  # the check's JVP is not taken either
+        J = _compiled_calls_only(residual, u, pattern, monkeypatch)
+    torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12)
+    v = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(6))
+    torch.testing.assert_close(_compiled_calls_only(residual, v, pattern, monkeypatch, compile_first=False).to_dense(),
+                               torch.func.jacfwd(residual)(v), rtol=1e-12, atol=1e-12)
+    short = poisson_pattern(side).tolil()
+    short[7, 8] = 0  # one structural nonzero left out
+    short = sat.SparseMatrix.from_scipy(short.tocsr()).pattern
+    sat.jacobian(residual, u, pattern=short, mode="coarsen", check=False)
+    from sparsad.coarsen import tiers
+    tiers.wait()
+    sat.jacobian(residual, u, pattern=short, mode="coarsen", check=False)
+    with pytest.raises(InputError, match="outside `pattern`"):
+        _compiled_calls_only(residual, u, short, monkeypatch, compile_first=False)
+
+
+def test_auto_mode_coarsens_functions_called_repeatedly(monkeypatch):
+    """mode "auto": the first calls of f take autograd's batched VJPs (no trace); from the
+    (AUTO_COARSEN_AFTER + 1)-th call with one signature on, coarsening warms up behind them and then
+    serves every call (no autograd); every call equals dense jacfwd, and a new shape starts over."""
+    from sparsad.coarsen import tiers
+
+    monkeypatch.setenv("SPARSAD_COARSEN_WAIT_S", "inf")  # (the symbolic work finishes inside the call)
+    module = sys.modules["sparsad.torch.jacobian"]
+    side = 5
+    residual = poisson_residual(side)
+    pattern = sat.SparseMatrix.from_scipy(poisson_pattern(side)).pattern
+    u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(7))
+    expected = torch.func.jacfwd(residual)(u)
+    for call in range(module.AUTO_COARSEN_AFTER):
+        torch.testing.assert_close(sat.jacobian(residual, u, pattern=pattern).to_dense(), expected)
+        assert residual not in module._COARSENED  # one-off calls never trace
+    for _ in range(3):  # traces and starts the compile; loads and checks the compiled code
+        torch.testing.assert_close(sat.jacobian(residual, u, pattern=pattern).to_dense(), expected)
+        tiers.wait()
+    with monkeypatch.context() as patch:
+        def refuse(*args, **kwargs):
+            raise AssertionError("autograd was used")
+
+        patch.setattr(torch.autograd, "grad", refuse)
+        patch.setattr(module, "_batched_vjps", refuse)
+        patch.setattr(module, "_reverse", refuse)
+        torch.testing.assert_close(sat.jacobian(residual, u, pattern=pattern).to_dense(), expected,
+                                   rtol=1e-12, atol=1e-12)
+    other = neumann_residual(side)  # refused by coarsening: warned once (naming f), then autograd quietly
+    for call in range(module.AUTO_COARSEN_AFTER + 3):
+        if call == module.AUTO_COARSEN_AFTER:
+            from sparsad.coarsen import CoarsenFallbackWarning
+            with pytest.warns(CoarsenFallbackWarning, match="mode='auto'"):
+                J = sat.jacobian(other, u, pattern=pattern)
+        else:
+            with _no_warning():
+                J = sat.jacobian(other, u, pattern=pattern)
+        torch.testing.assert_close(J.to_dense(), torch.func.jacfwd(other)(u), rtol=1e-12, atol=1e-12)
+
+
+def _no_warning():
+    import warnings as warnings_module
+
+    context = warnings_module.catch_warnings()
+
+    class _Strict:
+        def __enter__(self):
+            context.__enter__()
+            warnings_module.simplefilter("error")
+
+        def __exit__(self, *exc):
+            return context.__exit__(*exc)
+    return _Strict()
 
 
 def test_coarsen_mode_keeps_derivatives_of_x_and_of_parameters_f_reads():

@@ -15,7 +15,7 @@ import sympy as sp
 from sparsad.coarsen import budget
 from sparsad.coarsen.elevate import Elevation, Segment
 from sparsad.coarsen.frontend import CoarsenUnsupported
-from sparsad.coarsen.symbolic import (SIMPLIFY_MAX_DEGREE, LoopFwd, LoopRev, Pick, Scatter, VSum,  # noqa: F401
+from sparsad.coarsen.symbolic import (SIMPLIFY_MAX_DEGREE, LoopFwd, LoopRev, Pick, Relayout, Scatter, VSum,  # noqa: F401
                                       polynomial_degree_bound, real_symbol, shape_of, simplify_is_bounded, stabilize,
                                       tree_size)
 
@@ -31,6 +31,7 @@ class AdjointProgram:
     views: dict                          # scatter id -> (key, base shape)
     iotas: dict
     loops: dict = None                   # id -> revloop.LoopBody of the compiled loops used
+    layouts: dict = None                 # k -> layouts.LayoutMap of the Relayout(., k) calls
 
 
 def _numel(shape) -> int:
@@ -97,6 +98,7 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
         statements.append((name, total))
         return name
 
+    layouts = dict(getattr(elev, "layouts", {}) or {})
     handled_loops: set = set()
     for seg in reversed(segments):
         budget.check()
@@ -113,6 +115,9 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
             views[index] = (seg.key, shapes[seg.base])
             shapes[("scatter", index)] = shapes[seg.base]
             adjoint_terms.setdefault(seg.base, []).append(Scatter(adj, sp.Integer(index)))
+            continue
+        if isinstance(seg.expr, Relayout):  # linear: the transposed map carries the cotangent back
+            _relayout_adjoint(seg.expr, adj, layouts, active, adjoint_terms)
             continue
         body_shape = shape_of(seg.expr, shapes) if seg.kind == "reduce" else seg.shape
         partials = segment_gradient(seg.expr, seg.expr.free_symbols & active)
@@ -139,7 +144,26 @@ def differentiate(elev: Elevation, wrt: list[int], simplify: bool = True,
     program = _assemble(segments, statements, results, shapes)
     params = [p.sym for p in elev.params]
     return AdjointProgram(list(elev.inputs), params, seeds, program[0], program[1], shapes, views,
-                          dict(elev.iotas), dict(getattr(elev, "loops", {}) or {}))
+                          dict(elev.iotas), dict(getattr(elev, "loops", {}) or {}), layouts)
+
+
+def _relayout_adjoint(expr: Relayout, adj, layouts: dict, active: set, adjoint_terms: dict) -> None:
+    """The cotangent of a layout segment's base: the transposed map applied to the segment's (a new
+    map of the program when it is not one already)."""
+    from sparsad.coarsen.layouts import transpose
+
+    base = expr.args[0]
+    if not (isinstance(base, sp.Symbol) and base in active):
+        return
+    back = transpose(layouts[int(expr.args[1])])
+    for index, known in layouts.items():
+        if known == back:
+            break
+    else:
+        index = len(layouts)
+        layouts[index] = back
+    adjoint_terms.setdefault(base, []).append(
+        Relayout(adj, sp.Integer(index), *[sp.Integer(d) for d in back.out_shape]))
 
 
 def _loop_adjoint(call, loops: dict, handled: set, adjoint_of, adjoint_terms: dict, active: set, shapes) -> None:
@@ -218,6 +242,9 @@ def segment_gradient(expr: sp.Expr, targets: set) -> dict:
             push(base, expo * base ** (expo - 1))
             if depends.get(expo, expo in targets):
                 push(expo, sp.log(base) * node)
+        elif isinstance(node, Relayout):
+            raise CoarsenUnsupported("a layout map (reshape/pad/slice) inside an expression: it is differentiated "
+                                     "only as a segment of its own")
         elif isinstance(node, sp.Function) and not isinstance(node, (sp.Piecewise, VSum, Scatter)):
             for i, arg in enumerate(node.args):
                 if depends.get(arg, arg in targets):

@@ -15,8 +15,8 @@ from typing import Callable
 import sympy as sp
 
 from sparsad.coarsen.adjoint import AdjointProgram, _ViewRef
-from sparsad.coarsen.symbolic import (GeomSum, GeomSumD, LoopFwd, LoopRev, Pick, Scatter, Sigmoid, Softplus, VSum,
-                                     geom_sum, geom_sum_d)
+from sparsad.coarsen.symbolic import (GeomSum, GeomSumD, LoopFwd, LoopRev, Pick, Relayout, Scatter, Sigmoid,
+                                     Softplus, VSum, geom_sum, geom_sum_d)
 
 _FUNCS = {sp.exp: "exp", sp.log: "log", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan", sp.tanh: "tanh",
           sp.sinh: "sinh", sp.cosh: "cosh", sp.asin: "asin", sp.acos: "acos", sp.atan: "atan",
@@ -63,6 +63,8 @@ class Printer:
             return f"_sum({self.p(e.args[0])}, {int(e.args[1])})"
         if isinstance(e, Scatter):
             return f"_scatter_{int(e.args[1])}({self.p(e.args[0])})"
+        if isinstance(e, Relayout):
+            return f"_layout_{int(e.args[1])}({self.p(e.args[0])})"
         if isinstance(e, (GeomSum, GeomSumD)):
             return f"{self.geom_name(e)}({self.p(e.args[0])}, {self.p(e.args[1])})"
         if isinstance(e, (LoopFwd, LoopRev)):
@@ -298,6 +300,9 @@ def torch_namespace(program: AdjointProgram, like) -> dict:
     for body in (program.loops or {}).values():
         for helper, (key, shape) in body.views().items():
             ns[helper] = _make_scatter_torch(key, shape, dtype, device)
+    from sparsad.coarsen.layouts import torch_helper
+    for index, layout in (program.layouts or {}).items():
+        ns[f"_layout_{index}"] = torch_helper(layout, dtype, device)
 
     def _as_tensor(v):
         return v if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=dtype, device=device)
@@ -366,6 +371,9 @@ def jax_namespace(program: AdjointProgram, dtype) -> dict:
     }
     for index, (key, shape) in program.views.items():
         ns[f"_scatter_{index}"] = _scatter(key, shape)
+    from sparsad.coarsen.layouts import jax_helper
+    for index, layout in (program.layouts or {}).items():
+        ns[f"_layout_{index}"] = jax_helper(layout, dtype)
     ns.update({"_m_" + k: v for k, v in ns.items() if not k.startswith("_")})  # params are traced under jit
     return ns
 

@@ -56,6 +56,7 @@ class Elevation:
     assumptions: list          # (kind, key, value) record facts the elevation depends on
     notes: list[str] = field(default_factory=list)
     loops: dict = field(default_factory=dict)   # id -> revloop.LoopBody (loops compiled as loops)
+    layouts: dict = field(default_factory=dict)  # k -> layouts.LayoutMap of the Relayout(., k) segments
 
     def segment(self, sym) -> Segment | None:
         for seg in self.segments:
@@ -141,6 +142,7 @@ class Elevator:
         self.params: dict = {}
         self.iotas: dict = {}
         self.views: dict = {}
+        self.layouts: dict = {}
         self.assumptions: list = []
         self.notes: list[str] = []
         self.sizes: dict = {}
@@ -183,6 +185,26 @@ class Elevator:
             sym = self.fresh(f"{base}_v", shape)
             self.views[marker] = sym
             self.segments.append(Segment(sym, None, shape, "view", base, key))
+        return self.views[marker]
+
+    def relayout(self, base: sp.Symbol, kind: str, key, in_shape, out_shape) -> sp.Symbol:
+        """A segment ``Relayout(base, k, *out_shape)`` (one per map and base)."""
+        from sparsad.coarsen.layouts import LayoutMap
+        from sparsad.coarsen.symbolic import Relayout
+
+        layout = LayoutMap(kind, key, tuple(in_shape), tuple(out_shape))
+        for index, known in self.layouts.items():
+            if known == layout:
+                break
+        else:
+            index = len(self.layouts)
+            self.layouts[index] = layout
+        marker = (base, "layout", index)
+        if marker not in self.views:
+            sym = self.fresh(f"{base}_l", tuple(out_shape))
+            self.views[marker] = sym
+            self.segments.append(Segment(sym, Relayout(base, sp.Integer(index), *[sp.Integer(d) for d in out_shape]),
+                                         tuple(out_shape), "value"))
         return self.views[marker]
 
     def param(self, kind, site, path, entry) -> sp.Symbol:
@@ -282,6 +304,8 @@ class Elevator:
             if not isinstance(base, sp.Symbol):
                 base = self.bind(base, node.base.shape)
             return self.view(base, node.key, node.shape)
+        if isinstance(node, ssa.Layout):
+            return self._layout(node, ctx)
         if isinstance(node, ssa.LoopIndex):
             value = ctx.index[node.site]
             return sp.Integer(value) if isinstance(value, int) else value[0]
@@ -306,6 +330,18 @@ class Elevator:
                                          "that ran zero times is used")
             return value
         raise CoarsenUnsupported(f"cannot elevate {type(node).__name__}")
+
+    def _layout(self, node: ssa.Layout, ctx):
+        base = self.ev(node.base, ctx)
+        if ctx.analysis and base.free_symbols & self.loop_syms:
+            raise NoClosedForm(f"a {node.kind} of a value that changes inside the loop")
+        if not base.free_symbols:  # a uniform constant: reshaped it stays one, padded with zeros only if 0
+            if node.kind == "reshape" or base == 0:
+                return base
+            return self.relayout(base, node.kind, node.key, node.base.shape, node.shape)  # (the map broadcasts it)
+        if not isinstance(base, sp.Symbol):
+            base = self.bind(base, node.base.shape)  # (a scalar symbol is broadcast by the map's code)
+        return self.relayout(base, node.kind, node.key, node.base.shape, node.shape)
 
     def _op(self, node: ssa.Op, ctx):
         args = [self.ev(a, ctx) for a in node.args]
@@ -535,7 +571,7 @@ class Elevator:
         segments, outputs = split_reductions(self.segments, outputs, self)
         params = list(self.params.values())
         return Elevation(self.inputs, segments, outputs, self.shapes, params, dict(self.iotas),
-                         self.assumptions, self.notes, dict(self.loop_bodies))
+                         self.assumptions, self.notes, dict(self.loop_bodies), dict(self.layouts))
 
 
 def split_reductions(segments: list[Segment], outputs: list[sp.Expr], elev: Elevator):

@@ -133,6 +133,7 @@ class NumbaPrinter(Printer):
     def add(self, e):
         """A sum with several scatters into one 1-d shape: one array, accumulated in place."""
         groups: dict = {}
+        blocks: dict = {}   # shape -> scatters of views of n-d bases into it (a helper per view)
         rest = []
         for term in e.args:
             if isinstance(term, Scatter) and int(term.args[1]) in self.views:
@@ -141,10 +142,22 @@ class NumbaPrinter(Printer):
                 if how is not None:
                     groups.setdefault(shape[0], []).append((term, key, how))
                     continue
+                if self.scatter_prefix == "_scatter_":  # (`_acc_k` exists for the program's own views)
+                    blocks.setdefault(tuple(shape), []).append(term)
+                    continue
             rest.append(term)
-        if not any(len(g) > 1 for g in groups.values()):
+        if not any(len(g) > 1 for g in groups.values()) and not any(len(b) > 1 for b in blocks.values()):
             return super().add(e)
         parts = []
+        for shape, terms in blocks.items():
+            if len(terms) == 1:
+                rest.append(terms[0])
+                continue
+            for lo in range(0, len(terms), ACC_CHAIN):
+                text = f"np.zeros({shape!r})"
+                for term in terms[lo:lo + ACC_CHAIN]:
+                    text = f"_acc_{int(term.args[1])}({text}, {self.p(term.args[0])})"
+                parts.append(text)
         for n, terms in groups.items():
             if len(terms) == 1:
                 rest.append(terms[0][0])
@@ -315,7 +328,11 @@ def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int])
     for index, (key, shape) in program.views.items():
         if simple_scatter(key, shape) is None:
             lines += [f"def _scatter_{index}(v):", f"    out = np.zeros({tuple(shape)!r})",
-                      f"    out[{_key_text(key)}] = v", "    return out", ""]
+                      f"    out[{_key_text(key)}] = v", "    return out", "",
+                      f"def _acc_{index}(acc, v):", f"    acc[{_key_text(key)}] += v", "    return acc", ""]
+    from sparsad.coarsen.layouts import numba_source
+    for index, layout in (program.layouts or {}).items():
+        lines += numba_source(f"_layout_{index}", layout).splitlines() + [""]
     for ident, body in (program.loops or {}).items():
         from sparsad.coarsen import revloop
         text, views = revloop.helper_source(body, revloop.printer_for, "numba")
@@ -342,7 +359,7 @@ def generate_numba_source(program: AdjointProgram, name: str, wanted: list[int])
 
 def _is_helper(key: str) -> bool:
     return (key.startswith("_scatter_") or key in ("_sigmoid", "_softplus", "_erf", "_erf_v") or key.startswith("_geom")
-            or key in GENERIC_HELPERS or key.startswith("_loop_"))
+            or key in GENERIC_HELPERS or key.startswith(("_loop_", "_layout_", "_acc_")))
 
 
 def compile_numba(program: AdjointProgram, name: str, wanted: list[int]) -> tuple[str, Callable]:

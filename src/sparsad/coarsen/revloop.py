@@ -113,6 +113,8 @@ def eligible(loop: ssa.Loop) -> str | None:
             why = eligible(node)
             if why is not None:
                 return f"its nested loop at line {node.site[0]} cannot be compiled ({why})"
+        if isinstance(node, ssa.Layout):
+            return f"it holds a {node.kind} of a tensor (layout maps are generated for straight-line code only)"
         if isinstance(node, ssa.Index) and node.site == loop.site and len(node.base.shape) != 1:
             return "it indexes the rows of a matrix with the counter"
         if isinstance(node, (ssa.LoopIndex, ssa.Index)) and node.site not in enclosing:

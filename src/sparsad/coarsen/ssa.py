@@ -62,6 +62,17 @@ class View(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Layout(Node):
+    """A linear rearrangement of ``base``'s entries into ``shape``, known when tracing: ``kind``
+    "reshape" (row-major order kept; ``key`` None) or "pad" (``base`` placed at the static slices
+    ``key`` of a zero tensor).  Views (``View``) are the third such map; slices, ``roll`` and
+    ``cat`` are built from views and pads, so every backend needs only these two."""
+    base: Node
+    kind: str
+    key: Any = None
+
+
+@dataclass(frozen=True, eq=False)
 class LoopIndex(Node):
     """The counter ``i`` of ``for i in range(start, stop)``: ``start + iteration``."""
     site: Site
@@ -142,7 +153,7 @@ def children(node: Node) -> tuple[Node, ...]:
         return node.args
     if isinstance(node, (Reduce,)):
         return (node.arg,)
-    if isinstance(node, (View, Index)):
+    if isinstance(node, (View, Index, Layout)):
         return (node.base,)
     if isinstance(node, Phi):
         return (node.then, node.orelse)
@@ -236,6 +247,8 @@ def describe(node: Node) -> str:
         return f"iota({node.shape[0]})"
     if isinstance(node, Op):
         return node.op
+    if isinstance(node, Layout):
+        return f"{node.kind} to {list(node.shape)}"
     if isinstance(node, Loop):
         trip = node.trip if node.trip is not None else "recorded"
         return f"{node.kind} loop at line {node.site[0]} carrying {', '.join(node.names)} (trips: {trip})"

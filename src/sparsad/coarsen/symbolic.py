@@ -44,6 +44,13 @@ class Scatter(sp.Function):
     nargs = 2
 
 
+class Relayout(sp.Function):
+    """``Relayout(v, k, *shape)``: ``v`` rearranged by layout map ``k`` of the program (a reshape, a
+    zero pad or a crop, `layouts.LayoutMap`) into ``shape``.  Linear: its adjoint is the transposed
+    map (`layouts.transpose`), never a derivative of SymPy's."""
+    is_real = True
+
+
 def real_symbol(name: str) -> sp.Symbol:
     return sp.Symbol(name, real=True)
 
@@ -63,7 +70,7 @@ def shape_of(expr: sp.Basic, shapes: dict) -> tuple[int, ...]:
     """Broadcast shape of ``expr`` given the shapes of its symbols (unknown symbols are scalars)."""
     if isinstance(expr, VSum):
         return ()
-    if isinstance(expr, Pick):
+    if isinstance(expr, (Pick, Relayout)):
         return tuple(int(d) for d in expr.args[2:])
     if isinstance(expr, (LoopFwd, LoopRev)):
         return ()

@@ -20,6 +20,7 @@ Example:
 """
 from __future__ import annotations
 
+import os
 import re
 import types
 import warnings
@@ -232,17 +233,24 @@ def _engine_batching():
 _ENGINE_BATCHING = _engine_batching()
 
 
-def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern) -> SparseMatrix | None:
+def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern,
+               probe: torch.Tensor | None = None, mode: str = "coarsen"):
     """Compressed VJPs from `sparsad.coarsen`: the gradient of sum(w * f(x)) in x, generated
     symbolically and compiled once per signature, called once per row colour with that colour's
     seed as w. Coarsening guards every value the trace read (f's code and defaults, its globals and
     closure cells, by content or identity), so a changed f or a changed value it reads gives a new
     trace, never a stale result. None when coarsening refuses f (after a warning naming f's line):
-    the caller takes compressed autograd VJPs instead."""
+    the caller takes compressed autograd VJPs instead. With `probe` (a vector over the rows), its
+    VJP is one more call of the same compiled gradient and (matrix, probe @ J) is returned, for the
+    pattern check (`_probe.checked`), as `_reverse` does.
+
+    mode "auto" takes only the compiled products: until coarsening's code is ready for this
+    signature, each call makes one gradient call (which traces, starts the compile, or checks the
+    compiled code) and returns NOT_READY, and the caller takes its own batched VJPs."""
     from sparsad.coarsen import CoarsenFallbackWarning
 
     if not isinstance(f, types.FunctionType):
-        _coarsen_refused(f, f"mode='coarsen' needs a Python function, got {type(f).__name__}")
+        _coarsen_refused(f, f"mode='coarsen' needs a Python function, got {type(f).__name__}", mode)
         return None
     state = _COARSENED.pop(f, None)
     if state is None:
@@ -266,18 +274,21 @@ def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, patte
         return None
     colours, gather = compression_plan(pattern, "reverse")
     seeds = _colour_seeds(pattern, colours, x)
+    if probe is not None:
+        seeds = seeds + [probe]
     # x itself: the wrapper hands f a copy (`1 * x`) wherever f runs, and coarsening keeps a NumPy
     # view per tensor object (a fresh detached tensor per call would need a new one)
     point = x.detach() if x.requires_grad else x
     disabled = len(coarse._disabled)
-    if signature in served:  # (coarsening has warned, if ever, on this signature's first call)
-        rows = [gradient(point, seed) for seed in seeds]
+    warming = mode == "auto" and not gradient.ready((point, seeds[0]))
+    if signature in served and not warming:  # (coarsening has warned, if ever, on this signature's first call)
+        rows = gradient.batch((point, seeds[0]), 1, seeds)  # (its guards checked once for all seeds)
     else:
         rows = []
         with warnings.catch_warnings(record=True) as caught:  # (coarsening warns once per signature it refuses)
             warnings.simplefilter("always", CoarsenFallbackWarning)
             try:
-                for seed in seeds:
+                for seed in seeds[:1] if warming else seeds:
                     rows.append(gradient(point, seed))
                     if len(coarse._disabled) > disabled:  # refused: its gradients came from plain autograd
                         break
@@ -285,17 +296,24 @@ def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, patte
                 return None    # reverse mode runs it again and raises the error in full
         for warning in caught:
             if issubclass(warning.category, CoarsenFallbackWarning):
-                _coarsen_refused(f, str(warning.message))
+                _coarsen_refused(f, str(warning.message), mode)
             else:
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     if len(coarse._disabled) > disabled:  # refused now, or the machinery failed later (it warned)
         refused.add(signature)
         return None
     served.add(signature)
-    return _gathered(pattern, "reverse", torch.stack(rows), gather, x)
+    if warming:
+        return NOT_READY
+    if probe is None:
+        return _gathered(pattern, "reverse", torch.stack(rows), gather, x)
+    return _gathered(pattern, "reverse", torch.stack(rows[:-1]), gather, x), rows[-1]
 
 
-def _coarsen_refused(f: Callable, message: str) -> None:
+NOT_READY = object()  # `_coarsened` in mode "auto": coarsening's compiled code is not ready yet
+
+
+def _coarsen_refused(f: Callable, message: str, mode: str = "coarsen") -> None:
     """Coarsening's fallback warning, attributed to f's line: coarsening names the wrapper it traced
     (in this file) with the line number of the construct it refused, which is f's when it lies in
     f's source, else (a construct of the wrapper, or of a helper elsewhere) f's first line is named."""
@@ -309,7 +327,7 @@ def _coarsen_refused(f: Callable, message: str) -> None:
     line, reason = (int(match.group(1)), match.group(2)) if match else (first, message)
     if not first <= line <= last:
         line = first
-    warnings.warn_explicit(f"sparsad.torch.jacobian(mode='coarsen'): {getattr(f, '__name__', 'f')} is not coarsened "
+    warnings.warn_explicit(f"sparsad.torch.jacobian(mode={mode!r}): {getattr(f, '__name__', 'f')} is not coarsened "
                            f"({filename}:{line}: {reason}); compressed autograd VJPs instead",
                            CoarsenFallbackWarning, filename, line)
 
@@ -322,6 +340,39 @@ def _colour_seeds(pattern: CSRPattern, colours: np.ndarray, x: torch.Tensor) -> 
     if key not in cache:
         cache[key] = [seed.clone() for seed in _seeds(pattern, "reverse", colours, x)]
     return cache[key]
+
+
+#: mode="auto" takes coarsening's compiled products for a Python function f from this many earlier
+#: calls with the same f, x's shape/dtype/device and pattern rows on (see `_hot`).
+AUTO_COARSEN_AFTER = 2
+
+#: mode="auto": wall seconds a call waits for coarsening's symbolic work (tracing, differentiating)
+#: before it goes on in the background; that call's products come from autograd meanwhile.
+AUTO_COARSEN_WAIT_S = 0.05
+
+_CALLS: dict = {}  # (f, signature) -> calls seen in mode "auto" (the AUTO_TABLE used last)
+AUTO_TABLE = 64
+
+
+def _hot(f: Callable, x: torch.Tensor, pattern: CSRPattern) -> bool:
+    """Whether mode "auto" coarsens f: a plain Python function on CPU, called with this signature more
+    than AUTO_COARSEN_AFTER times (one-off calls never pay for tracing and compiling), and not
+    refused by coarsening before (it warned once, naming f's line)."""
+    if not isinstance(f, types.FunctionType) or x.device.type != "cpu":
+        return False
+    signature = (x.shape, x.dtype, x.device, pattern.shape[0])
+    state = _COARSENED.get(f)
+    if state is not None:
+        if signature in state[2]:  # refused
+            return False
+        if signature in state[3]:  # served
+            return True
+    key = (f, signature)
+    seen = _CALLS.pop(key, 0) + 1
+    _CALLS[key] = seen  # (the most recently used last)
+    if len(_CALLS) > AUTO_TABLE:
+        _CALLS.pop(next(iter(_CALLS)), None)
+    return seen > AUTO_COARSEN_AFTER
 
 
 #: f -> (its coarsened weighted sum, that sum's gradient function, signatures coarsening refused,
@@ -426,13 +477,19 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     reverse for small products (cheaper per operation in PyTorch) and forward for large ones;
     forward inside torch.func transforms. Both modes give
     derivatives that autograd can differentiate further (f may close over tensors requiring grad).
-    "coarsen" (opt-in): the reverse mode's products from `sparsad.coarsen`, which differentiates f
-    symbolically into compiled code (one call per row colour, no autograd graph): for functions it
-    accepts (elementwise arithmetic and static slices of x; see docs/coarsen.md), called many times
-    with the same f (its first call traces and compiles, up to seconds; plain autograd serves the
-    calls until the compiled code is ready). Where coarsening refuses f it warns once, naming f's
-    line, and reverse mode runs; reverse mode also runs when x requires grad under grad mode (the
-    compiled gradient is not differentiable) and forward mode inside torch.func transforms.
+    "coarsen": the reverse mode's products from `sparsad.coarsen`, which differentiates f
+    symbolically into compiled code (one call per row colour, no autograd graph, f never runs in
+    PyTorch): for functions it accepts (elementwise arithmetic, static slices, reshape/view/flatten,
+    constant pads, roll, cat; see docs/coarsen.md), called many times with the same f (its first
+    call traces and compiles, up to seconds; plain autograd serves the calls until the compiled
+    code is ready). The pattern check's probe product is one more call of the compiled code. Where
+    coarsening refuses f it warns once, naming f's line, and reverse mode runs; reverse mode also
+    runs when x requires grad under grad mode (the compiled gradient is not differentiable) and
+    forward mode inside torch.func transforms. "auto" takes coarsening for a Python function on
+    CPU from its (AUTO_COARSEN_AFTER + 1)-th call with one signature on (one-off calls never pay
+    for tracing): it waits at most AUTO_COARSEN_WAIT_S for the symbolic work, and its own batched
+    products serve the calls until the compiled code is ready; where coarsening refuses f it warns
+    once (naming f's line) and stays with autograd.
 
     >>> import torch, sparsad.torch as st
     >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
@@ -454,9 +511,24 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     fast_f = _with_scalar_operands(f)
     point = x.detach().clone() if given and check else None  # (f may update x in place)
     J = None
-    if mode == "coarsen" and not wrapped and pattern.nnz:
-        if not (x.requires_grad and torch.is_grad_enabled()):
-            J = _coarsened(f, x, pattern)
+    coarsen = mode == "coarsen" or (mode == "auto" and _hot(f, x, pattern))
+    if coarsen and not wrapped and pattern.nnz and not (x.requires_grad and torch.is_grad_enabled()):
+        from sparsad.coarsen import budget
+
+        # auto: a short wall deadline for coarsening's symbolic work (it goes on in the background)
+        wait = None if mode == "coarsen" or os.environ.get("SPARSAD_COARSEN_WAIT_S") else AUTO_COARSEN_WAIT_S
+        with budget.call_deadline(wait):
+            if point is None:
+                J = _coarsened(f, x, pattern, None, mode)
+                J = None if J is NOT_READY else J
+            else:  # the probe's VJP is one more call of the compiled gradient (no autograd, no JVP)
+                from sparsad.torch._probe import checked, probe_vector
+
+                probe = probe_vector(pattern, pattern.shape[0], x, "rows")
+                result = _coarsened(f, x, pattern, probe, mode)
+                if result is not None and result is not NOT_READY:
+                    return checked(result[0], lambda _: result[1], probe, False, "column")
+    if mode == "coarsen":
         mode = "reverse"  # where coarsening refused f (it warned, naming f's line)
     if J is None and pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
         if point is None:

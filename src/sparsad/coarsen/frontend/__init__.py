@@ -23,6 +23,7 @@ from sparsad.coarsen import ssa
 from sparsad.coarsen.frontend.calls import CallsMixin, guard_defaults
 from sparsad.coarsen.frontend.containers import ContainersMixin
 from sparsad.coarsen.frontend.expressions import ExpressionsMixin
+from sparsad.coarsen.frontend.layouts import LayoutsMixin
 from sparsad.coarsen.frontend.loops import LoopsMixin
 from sparsad.coarsen.frontend.statements import StatementsMixin
 from sparsad.coarsen.frontend.values import (  # noqa: F401  (re-exported: used by record, numba_primal, tests)
@@ -38,7 +39,7 @@ from sparsad.coarsen.frontend.values import (  # noqa: F401  (re-exported: used 
 from sparsad.coarsen.source import CoarsenUnsupported, function_ast  # noqa: F401  (re-exported)
 
 
-class Tracer(ExpressionsMixin, CallsMixin, ContainersMixin, StatementsMixin, LoopsMixin):
+class Tracer(ExpressionsMixin, CallsMixin, ContainersMixin, LayoutsMixin, StatementsMixin, LoopsMixin):
     """Walks a function body, building SSA nodes.  ``trace`` is the entry point."""
 
     def __init__(self, fn: Callable, dtype=None, device=None):

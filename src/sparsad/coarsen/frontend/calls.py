@@ -10,6 +10,7 @@ from typing import Callable
 
 from sparsad.coarsen import ssa
 from sparsad.coarsen.source import CoarsenUnsupported, function_ast
+from sparsad.coarsen.frontend.layouts import LAYOUT_CALLS
 from sparsad.coarsen.frontend.values import (
     DYNAMIC,
     _NeedsStaticLoop,
@@ -76,6 +77,8 @@ class CallsMixin:
                 (getattr(func, "__module__", "") or "").startswith("torch"):
             raise CoarsenUnsupported(f"line {node.lineno}: torch.{name}() of traced values copies them out of the "
                                      "graph (autograd gives them no gradient); use torch.stack or clone()")
+        if name == "pad" and not (getattr(func, "__module__", "") or "").startswith("torch"):
+            name = "pad_numpy"  # np.pad / jnp.pad: widths per axis from the first, `constant_values`
         if name is not None and (traced or nested or name in ("sum", "mean", "where", "dot")):
             return self.call_named(name, args, kwargs, node)
         if name in _CONSTRUCTORS and not any(a is DYNAMIC for a in values):
@@ -250,6 +253,8 @@ class CallsMixin:
         return self.run_inlined(func.owner, fdef, inner, derived=True)
 
     def call_named(self, name: str, args, kwargs, node):
+        if name in LAYOUT_CALLS and args and _traced(args[0]):
+            return self.layout_call(name, args[0], list(args[1:]), dict(kwargs), node)
         if name in _CONSTRUCTORS_LIKE and args and _traced(args[0]):
             fill = _CONSTRUCTORS_LIKE[name]
             if fill is None:
@@ -327,10 +332,10 @@ class CallsMixin:
             if isinstance(base, _Stacked):
                 return _Stacked(base.items)
             return ssa.Op(base.shape, "mul", (base, ssa.Const((), 1.0)))  # a new tensor with the same values
-        if name in ("contiguous", "flatten", "ravel") and not args:
-            if name in ("flatten", "ravel") and len(method.base.shape) > 1:
-                raise CoarsenUnsupported(f"line {node.lineno}: .{method.name}() of a matrix")
+        if name == "contiguous" and not args:
             return method.base
+        if name in LAYOUT_CALLS:
+            return self.layout_call(name, method.base, list(args), dict(kwargs), node)
         if name == "size" and not kwargs:
             return method.base.shape if not args else method.base.shape[args[0]]
         if name in ("pow",):

@@ -226,7 +226,16 @@ class ContainersMixin:
             raise CoarsenUnsupported(f"line {node.lineno}: stack along axis {dim} (only the first axis)")
         return _Stacked([self.materialize(p) if isinstance(p, _Stacked) else p for p in pieces])
 
-    def concatenate(self, items, dim, node) -> _Stacked:
+    def concatenate(self, items, dim, node):
+        """``cat`` of small pieces along the first axis as an assembled tensor (rows kept apart); of larger
+        pieces, or along another axis, as the sum of the pieces each padded to its place."""
+        plain = items and all(isinstance(v, ssa.Node) or (not _traced(v) and np.ndim(v) > 0) for v in items)
+        if plain and any(isinstance(v, ssa.Node) for v in items) and isinstance(dim, int):
+            ndim = len(items[0].shape) if isinstance(items[0], ssa.Node) else np.ndim(items[0])
+            first = ndim and dim in (0, -ndim)
+            rows = sum((v.shape if isinstance(v, ssa.Node) else np.shape(v))[0] for v in items) if ndim else 0
+            if ndim and -ndim <= dim < ndim and (not first or rows > MAX_PIECES or ndim > 1 and rows > 16):
+                return self.joined(list(items), dim % ndim, node)
         rows = []
         for v in items:
             shape = v.shape if _traced(v) else np.shape(v)

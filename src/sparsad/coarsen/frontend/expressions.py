@@ -45,6 +45,10 @@ from sparsad.coarsen.frontend.values import (
 )
 
 
+#: Rows of an assembled tensor whose rows are not scalars that `materialize` joins (one pad per row).
+MATERIALIZED_ROWS = 64
+
+
 class ExpressionsMixin:
     """Methods of ``Tracer`` (see ``frontend/__init__.py``) for expressions."""
 
@@ -89,6 +93,10 @@ class ExpressionsMixin:
     def materialize(self, stacked: _Stacked) -> ssa.Node:
         """One node for a tensor assembled from scalar pieces: entry k is selected where iota == k."""
         items = [self.const(v) for v in stacked.items]
+        if any(item.shape != () for item in items) and len(items) <= MATERIALIZED_ROWS:
+            # rows of a matrix (or higher): each row padded to its place, summed (`layouts`)
+            at = types.SimpleNamespace(lineno=self.line)  # (for messages: the line being traced)
+            return self.joined([self.reshape(item, (1,) + item.shape, at) for item in items], 0, at)
         if any(item.shape != () for item in items):
             raise CoarsenUnsupported(f"line {self.line}: a tensor of shape {list(stacked.shape)} assembled from "
                                      "traced rows is used as a whole (only vectors assembled from scalars are; "
