@@ -318,7 +318,10 @@ class Derivative(Program):
             for w in self.wrt:
                 if w in results:
                     total = _add_results(total, results[w])
-            return (self._primal_value(inputs, out_format), total) if self.with_value else total
+            if not self.with_value:
+                return total
+            primal = self._primal_value(inputs, out_format)
+            return primal, _zero_tangent_shaped_like(primal, total)
         if self.returns == "single":
             derivative = results[self.wrt[0]]
         elif self.returns == "tuple":
@@ -374,7 +377,8 @@ class Derivative(Program):
             if not self.with_value:
                 return shaped
             primal = {name: value for name, value in inputs.items() if name != seed_name}
-            return self._primal_value(primal, "natural"), shaped
+            value = self._primal_value(primal, "natural")
+            return value, _zero_tangent_shaped_like(value, shaped)
         derivative = shaped if self.returns == "single" else (shaped,) if self.returns == "tuple" else {wrt: shaped}
         if self.with_value:
             return self._primal_value(inputs, "natural"), derivative
@@ -624,6 +628,16 @@ def _real_leaves(t: Type) -> Type:
 def _sparse_order_3(value: Any) -> bool:
     """A StoredTensor of order 3 or more in a sparse format (its derivatives live on its entries)."""
     return isinstance(value, StoredTensor) and value.ndim >= 3 and not value.format.is_dense
+
+
+def _zero_tangent_shaped_like(primal: Any, tangent: Any) -> Any:
+    """A zero jvp tangent with another shape than its dense primal's (an output whose extent is a
+    value, e.g. a range `(1:k)`, so its type gives no shape): zeros of the primal's shape and dtype."""
+    import numpy as np
+
+    if isinstance(primal, np.ndarray) and getattr(tangent, "shape", None) != primal.shape and _is_zero(tangent):
+        return np.zeros(primal.shape, np.float32 if primal.dtype == np.float32 else np.float64)
+    return tangent
 
 
 def _is_zero(result: Any) -> bool:
