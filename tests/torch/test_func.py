@@ -190,7 +190,7 @@ def test_torch_compile_values_and_gradients(name, backend):
 
     torch._dynamo.reset()
     sparse, dense, args = _case(name)
-    compiled = torch.compile(sparse, backend=backend)
+    compiled = torch.compile(sparse, backend=backend, fullgraph=True)
     leaves = [t.clone().requires_grad_(True) for t in args]
     out = compiled(*leaves)
     _close(out, dense(*args))
