@@ -105,7 +105,8 @@ def test_fullgraph_inductor_gcn_layer_with_learned_adjacency_equals_eager():
 
 def test_a_new_pattern_recompiles_instead_of_reusing_a_stale_graph():
     """Two adjacencies of the same shape and the same number of entries (so no shape guard
-    tells them apart) and back: every call equals eager on its own pattern."""
+    tells them apart), one with more entries, and back: every call equals eager on its own
+    pattern."""
     torch._dynamo.reset()
     aggregate = st.compile_program(AGGREGATE, wrt=("H",), out_format="dense")
 
@@ -119,7 +120,9 @@ def test_a_new_pattern_recompiles_instead_of_reusing_a_stale_graph():
     moved = sp.csr_matrix((first.values.numpy(), ((rows + 1) % 8, cols)), shape=(8, 8))
     second = st.SparseMatrix.from_scipy(moved)
     assert second.nnz == first.nnz and not np.array_equal(second.pattern.indices, first.pattern.indices)
-    for A in (first, second, first):
+    third = _random_matrix(8, 0.5, 7)  # another nnz (dynamo then makes the values' length symbolic)
+    assert third.nnz != first.nnz
+    for A in (first, second, third, first):
         torch.testing.assert_close(compiled(A, X), model(A, X), **TOL)
 
 
@@ -173,6 +176,24 @@ def test_torch_export_of_a_gcn_module_runs_like_eager(strict):
     want = model(X)  # (also the process's Numba kernels: non-strict export patches max and min)
     exported = torch.export.export(model, (X,), strict=strict)
     torch.testing.assert_close(exported.module()(X), want, **TOL)
+
+
+def test_forward_mode_and_func_grad_inside_a_compiled_region_are_right_or_refused():
+    """Custom ops have no forward-mode rule (torch would return zero tangents silently) and
+    torch.func.grad cannot run them: with fullgraph=True our UnsupportedError says so; without,
+    dynamo falls back to the eager ops, whose jvp and grad are right."""
+    from torch.func import grad, jvp
+
+    A = _random_matrix(6, 0.5, 0)
+    X = torch.randn(6, 3, dtype=torch.float64)
+    f = lambda X: st.spmm(A, X).square().sum()  # noqa: E731
+    cases = {"forward-mode": lambda X: jvp(f, (X,), (X,))[1], "torch.func.grad": lambda X: grad(f)(X)}
+    for message, transformed in cases.items():
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=message):
+            torch.compile(transformed, fullgraph=True, backend="aot_eager")(X)
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(transformed, backend="aot_eager")(X), transformed(X), **TOL)
 
 
 def _ops(A, B, X, aggregate):

@@ -205,6 +205,36 @@ def tracing() -> bool:
     return torch.compiler.is_compiling()
 
 
+@torch._dynamo.assume_constant_result
+def _unsupported_transform() -> str | None:
+    """The transform the custom ops cannot serve, if one is active (checked on the real state, at
+    trace time under dynamo): forward mode (a dual level, torch.func.jvp) or torch.func.grad."""
+    import torch.autograd.forward_ad as forward_ad
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    if getattr(forward_ad, "_current_level", -1) >= 0:
+        return "forward-mode derivatives (dual tensors)"
+    for interpreter in retrieve_all_functorch_interpreters():
+        if interpreter.key() == TransformType.Jvp:
+            return "forward-mode derivatives (torch.func.jvp, jacfwd, hessian)"
+        if interpreter.key() == TransformType.Grad:
+            return "torch.func.grad / vjp / jacrev"
+    return None
+
+
+def refuse_transforms(op: str) -> None:
+    """Custom ops have no forward-mode rule (torch then returns zero tangents silently: a wrong
+    derivative) and torch.func.grad cannot run their autograd formula: refuse both. Eager calls
+    on real tensors support them; so does a compiled function's plain backward()."""
+    transform = _unsupported_transform()
+    if transform is not None:
+        raise UnsupportedError(
+            f"{transform} through sparsad's {op} are not supported inside torch.compile or on meta/fake "
+            "tensors; apply the transform outside the compiled region (the eager ops support it), or use "
+            "loss.backward() / torch.autograd.grad on the compiled function")
+
+
 # -- index arrays of patterns (gathers and scatters then run as torch ops in the graph) ----------
 def _index_array(obj: Any, key: str) -> np.ndarray:
     if isinstance(obj, dict):  # positions held by name, e.g. an add's maps "a", "b" (NumPy: no tensor op
@@ -269,6 +299,7 @@ _contract_op.register_autograd(_contract_backward, setup_context=_contract_setup
 
 def contract(terms: Static, out: int, operands: dict[int, torch.Tensor]) -> torch.Tensor:
     """`_autograd.contract` as a custom op (differentiable to any order through itself)."""
+    refuse_transforms("sparse products")
     u_role, v_role = terms.roles_into(out)
     return _contract_op(terms, out, operands[u_role], operands[v_role])
 
@@ -316,6 +347,7 @@ _gustavson_op.register_autograd(_gustavson_backward, setup_context=_gustavson_se
 
 def gustavson(product: Static, role: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Values of `role` of the SpGEMM form from the two other roles' values (in role order)."""
+    refuse_transforms("spgemm")
     return _gustavson_op(product, role, u, v)
 
 
@@ -387,6 +419,7 @@ def program(spec: Static, tensors: list[torch.Tensor]) -> torch.Tensor:
     """A compile_program call (`spec.obj`, a `program._TracedSpec`) on its flat tensors."""
     if not tensors:
         raise UnsupportedError("under torch.compile a compiled program needs at least one tensor input")
+    refuse_transforms("compile_program")
     return _program_op(spec, list(tensors))
 
 
@@ -435,6 +468,7 @@ _trisolve_op.register_autograd(_trisolve_backward, setup_context=_trisolve_setup
 
 def trisolve(pattern: Static, lower: bool, unit: bool, values: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """x with L x = b (b of shape (n, k)), L triangular on `pattern`: the custom op."""
+    refuse_transforms("triangular_solve")
     return _trisolve_op(pattern, lower, unit, values, b)
 
 
@@ -471,6 +505,7 @@ _lu_solve_op.register_autograd(_lu_solve_backward, setup_context=_lu_solve_setup
 def lu_solve(handle: Static, transposed: bool, values: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """x with A x = b (or A^T x = b), A the matrix of the factor handle (`solve.FactorHandle`),
     factored again whenever its values change (a compiled graph's handle outlives one call)."""
+    refuse_transforms("spsolve")
     return _lu_solve_op(handle, transposed, values, b)
 
 
@@ -525,4 +560,5 @@ _krylov_op.register_autograd(_krylov_backward, setup_context=_krylov_setup)
 
 def krylov(config: Static, values: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None) -> torch.Tensor:
     """x = A^-1 b by the Krylov method of `config` (a KrylovConfig): the custom op."""
+    refuse_transforms("Krylov solves")
     return _krylov_op(config, False, values, b, x0)

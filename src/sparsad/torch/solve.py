@@ -95,7 +95,7 @@ class _TriSolve(torch.autograd.Function):
     @staticmethod
     def forward(pattern, lower, unit, values, b):
         if _traced.is_fake(values, b):  # meta or fake tensors: the custom op's shape
-            return _traced.trisolve(_traced.Static.of(pattern), lower, unit, values, b)
+            return _traced._trisolve_op(_traced.Static.of(pattern), lower, unit, values, b)
         _solve.check_triangular(pattern, _numpy(values), lower, unit)
         return _tri_forward(pattern, lower, unit, values, b)
 
