@@ -196,6 +196,28 @@ def test_forward_mode_and_func_grad_inside_a_compiled_region_are_right_or_refuse
         torch.testing.assert_close(torch.compile(transformed, backend="aot_eager")(X), transformed(X), **TOL)
 
 
+def test_ops_without_a_custom_op_graph_break_on_matrices_made_in_the_graph():
+    """Without fullgraph, a matrix made in the graph (its pattern a graph constant) reaches the
+    eager code behind a graph break (logdet, cholesky, splu, to_torch_coo; a compiled function's
+    result): it reads its real pattern there, and every value equals eager's."""
+    sym = sp.random(6, 6, density=0.4, random_state=0, format="csr")
+    S = st.SparseMatrix.from_scipy(sym + sym.T + 6 * sp.eye(6))
+    ones = torch.ones(6, dtype=torch.float64)
+    cases = [lambda a: st.logdet(st.add(S.with_values(a), st.identity(6))),
+             lambda a: st.cholesky(st.add(S.with_values(a), st.identity(6))).solve(ones).sum(),
+             lambda a: st.splu(S.with_values(a).T).solve(ones).sum() + S.with_values(a).T.to_dense().sum(),
+             lambda a: st.to_torch_coo(st.tril(S.with_values(a))).to_dense().sum(),
+             lambda a: st.add(S.with_values(a), S.with_values(a).T)]
+    a = S.values.detach().clone()
+    for f in cases:
+        torch._dynamo.reset()
+        got, want = torch.compile(f, backend="aot_eager")(a), f(a)
+        if isinstance(want, st.SparseMatrix):
+            assert np.array_equal(got.pattern.indices, want.pattern.indices)
+            got, want = got.values, want.values
+        torch.testing.assert_close(got, want, **TOL)
+
+
 def _ops(A, B, X, aggregate):
     """Each op's result on A, B (square), X."""
     return {

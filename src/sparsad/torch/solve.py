@@ -417,6 +417,7 @@ class SparseLU:
         return torch.where(sign > 0, logabs, torch.full_like(logabs, float("nan")))
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def splu(A: SparseMatrix) -> SparseLU:
     """Factor A = Pr^T L U Pc^T once (SuperLU) for repeated differentiable solves (numml's splu).
 
@@ -430,6 +431,7 @@ def splu(A: SparseMatrix) -> SparseLU:
     return SparseLU(A)
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def splu_solve(lu: SparseLU, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
     """x = A^{-1} b (or A^{-T} b) with a factorisation from `splu` (numml's splu_solve).
 
@@ -471,6 +473,7 @@ def spsolve(A: SparseMatrix, b: torch.Tensor) -> torch.Tensor:
     return x[:, 0] if vector else x
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def slogdet(A: SparseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det A|) of a general square matrix through its LU factor; differentiable in A.
 
@@ -482,6 +485,7 @@ def slogdet(A: SparseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
     return SparseLU(A).slogdet()
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def logdet(A: SparseMatrix) -> torch.Tensor:
     """log det A of a general square matrix through its LU factor (NaN if det A < 0, as torch.logdet).
 

@@ -200,6 +200,7 @@ def trace(A: SparseMatrix) -> torch.Tensor:
     return A.values[pattern_index(A.pattern, "diag_pos", A.device)].sum()
 
 
+@torch.compiler.disable  # a torch sparse tensor: a graph break at the call
 def to_torch_coo(A: SparseMatrix) -> torch.Tensor:
     """A torch sparse COO tensor (coalesced) sharing the differentiable values.
 
