@@ -115,7 +115,13 @@ def torch_row_max_scores(A, Q, K):
     import torch
 
     import sparsad
+    import sparsad.torch as st
 
+    if torch.compiler.is_compiling():  # (NumPy cannot enter a torch.compile graph) torch gathers and a scatter
+        rows, cols = st.coo_indices(A)
+        scores = (Q.detach()[rows] * K.detach()[cols]).sum(1)
+        empty = torch.full((A.shape[0],), float("-inf"), dtype=scores.dtype)
+        return empty.scatter_reduce(0, rows, scores, "amax")
     if not _SCORES:
         _SCORES.append(sparsad.compile(SCORES))
     scores = _SCORES[0](A=_pattern_input(A.pattern), Q=Q.detach().numpy(), K=K.detach().numpy())

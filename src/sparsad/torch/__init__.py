@@ -10,6 +10,7 @@ require("torch", "torch")  # a clear "pip install 'sparsad[torch]'" instead of a
 from sparsad.torch.check import gradcheck, gradgradcheck
 from sparsad.torch.linalg import (
     add,
+    coo_indices,
     diagonal,
     gcn_norm,
     identity,
@@ -34,7 +35,7 @@ from sparsad.torch.solve import SparseLU, logdet, slogdet, splu, splu_solve, sps
 
 __all__ = [
     "SparseMatrix", "DenseResultWarning", "spmv", "spmm", "spgemm", "add", "scale", "transpose",
-    "diagonal", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
+    "diagonal", "coo_indices", "row_sum", "identity", "scale_rows_cols", "gcn_norm", "triangular_solve", "spsolve", "cg",
     "gradcheck", "gradgradcheck", "compile_program", "TorchProgram",
     "cholesky", "Cholesky", "logdet", "slogdet", "splu", "splu_solve", "SparseLU",
     "minres", "gmres", "bicgstab", "LinearOperator", "ConvergenceInfo", "ConvergenceWarning", "fixed_point",

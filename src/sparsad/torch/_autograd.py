@@ -63,6 +63,10 @@ def _evaluate_torch(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) ->
 @torch.compiler.disable  # Numba kernels on NumPy views: a graph break under torch.compile, not a trace
 def _evaluate(terms: Terms, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Channel operands may be 1-D (one channel): the result of a channel role is then 1-D too."""
+    from sparsad.torch import _traced
+
+    if _traced.is_fake(u, v):  # meta or fake tensors: the custom op's shape, no kernel
+        return _traced._contract_op(_traced.Static.of(terms), out, u, v)
     if out == terms.scalar:
         u, v = (t[:, None] if t.ndim == 1 else t for t in (u, v))
     if _use_numba(u):  # NumPy views and the Numba kernels directly
@@ -171,5 +175,9 @@ def _contract_now(terms: Terms, out: int, operands: dict[int, torch.Tensor]) -> 
 
 def contract(terms: Terms, out: int, operands: dict[int, torch.Tensor]) -> torch.Tensor:
     """Differentiable evaluation of `terms` towards role `out` (see `sparsad.ops.contract`)."""
+    from sparsad.torch import _traced
+
+    if isinstance(terms, _traced.Static):  # under torch.compile: the custom op
+        return _traced.contract(terms, out, operands)
     u_role, v_role = terms.roles_into(out)
     return _Contract.apply(terms, out, operands[u_role], operands[v_role])

@@ -91,6 +91,7 @@ class Cholesky(SparseLU):
         return f"Cholesky(shape={self.A.shape}, nnz={self.A.nnz})"
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def cholesky(A: SparseMatrix, *, symmetry_rtol: float = 1e-6) -> Cholesky:
     """Factor a symmetric positive definite SparseMatrix once; see `Cholesky`.
 

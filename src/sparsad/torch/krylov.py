@@ -30,6 +30,7 @@ import torch
 from sparsad.errors import InputError, ShapeError, UnsupportedError
 from sparsad.ops import solve as _solve
 from sparsad.ops.solve import ConvergenceInfo, ConvergenceWarning
+from sparsad.torch import _traced
 from sparsad.torch._functorch import loop_vmap
 from sparsad.torch.matrix import SparseMatrix
 
@@ -454,12 +455,27 @@ def _solve_with(method: str, A, b, x0, rtol, atol, maxiter, M, return_info, rest
             raise InputError(f"{name} must be a non-negative number, got {value!r}")
     if maxiter is not None and (not isinstance(maxiter, int) or maxiter < 0):
         raise InputError(f"maxiter must be a non-negative int or None, got {maxiter!r}")
+    if isinstance(A, SparseMatrix) and (_traced.tracing() or _traced.is_fake(A.values, b, x0)):
+        return _traced_solve(method, A, b, x0, float(rtol), float(atol), maxiter, M, return_info, restart)
     spec = _Spec(method, A, float(rtol), float(atol), maxiter, M, restart=restart)
     if isinstance(A, SparseMatrix):
         x = _KrylovSolve.apply(spec, x0, b, A.values)
     else:
         x = _KrylovSolve.apply(spec, x0, b, None, *A.parameters)
     return (x, spec.info) if return_info else x
+
+
+def _traced_solve(method: str, A: SparseMatrix, b, x0, rtol: float, atol: float, maxiter, M, return_info, restart):
+    """The solve as the custom op `sparsad::krylov` (under torch.compile, on meta or fake tensors)."""
+    if return_info:
+        raise UnsupportedError(f"{method}(..., return_info=True) reports the iterations of an eager call; under "
+                               "torch.compile (or on meta/fake tensors) call it without return_info")
+    if not (M is None or isinstance(M, str)):
+        raise UnsupportedError(f"{method}: under torch.compile (or on meta/fake tensors) M must be None, 'jacobi', "
+                               "'ilu' or 'amg'")
+    pattern = _traced.as_static(A.pattern) if _traced.tracing() else _traced.Static.of(A.pattern)
+    config = pattern.krylov_config(method, rtol, atol, maxiter, M, restart)
+    return _traced.krylov(config, A.values, b, x0)
 
 
 _TOL_DEPRECATED = object()

@@ -15,7 +15,7 @@ import math
 import torch
 
 from sparsad.errors import InputError
-from sparsad.torch.linalg import gcn_norm
+from sparsad.torch.linalg import gcn_norm, spmm
 from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
 
 
@@ -40,7 +40,9 @@ class GCNConv(torch.nn.Module):
         adjacency = as_sparse_matrix(adjacency, "adjacency")
         if self.normalize:
             adjacency = gcn_norm(adjacency, add_self_loops=self.add_self_loops)
-        out = adjacency @ (features @ self.weight)
+        # (spmm, not @: under torch.compile dynamo sends `SparseMatrix @ tensor` to torch's matmul)
+        support = spmm(features, self.weight) if isinstance(features, SparseMatrix) else features @ self.weight
+        out = spmm(adjacency, support)
         return out if self.bias is None else out + self.bias
 
 
@@ -72,6 +74,6 @@ class TAGConv(torch.nn.Module):
         hop = features
         out = hop @ self.weight[0]
         for k in range(1, self.K + 1):
-            hop = adjacency @ hop
+            hop = spmm(adjacency, hop)
             out = out + hop @ self.weight[k]
         return out if self.bias is None else out + self.bias

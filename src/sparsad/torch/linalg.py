@@ -13,7 +13,7 @@ import torch
 from sparsad.errors import DTypeError, InputError, ShapeError, UnsupportedError
 from sparsad.ops.contract import spmm_terms
 from sparsad.ops import kernels
-from sparsad.torch import _autograd
+from sparsad.torch import _autograd, _traced
 from sparsad.torch._autograd import contract
 from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
 
@@ -38,32 +38,42 @@ def _pattern_arrays(pattern, key: str) -> np.ndarray:
     return np.flatnonzero(pos >= 0) if key == "diag_rows" else pos[pos >= 0]
 
 
-# Pattern-level work (NumPy on index arrays) stays outside torch.compile graphs: a graph break
-# here, never a traced NumPy call.
-@torch.compiler.disable
+# Pattern-level work (NumPy on index arrays) never enters a torch.compile graph: while dynamo
+# traces, patterns are graph constants (`_traced.Static`) and these helpers derive them at trace
+# time; index tensors come from a custom op.
 def pattern_index(pattern, key: str, device: torch.device) -> torch.Tensor:
     """A cached int64 index tensor of `pattern`: rows, cols, perm (of the transpose), diag_rows, diag_pos."""
+    if _traced.tracing() or isinstance(pattern, _traced.Static):
+        return _traced.index(_traced.as_static(pattern), key, device)
     return _index(_pattern_arrays(pattern, key), device, pattern, key)
 
 
-@torch.compiler.disable
 def _terms_of(pattern):
+    if _traced.tracing():
+        return _traced.as_static(pattern).terms()
     return spmm_terms(pattern)
 
 
-@torch.compiler.disable
 def _transposed_pattern(pattern):
+    if _traced.tracing():
+        return _traced.as_static(pattern).transposed()
     return pattern.transpose[0]
 
 
-@torch.compiler.disable
 def _union(pa, pb, device):
+    if _traced.tracing():
+        return _traced.as_static(pa).union(_traced.as_static(pb))
     pattern, map_a, map_b = pa.union(pb)
     return pattern, _add_maps(pattern, pa, pb, map_a, map_b, device)
 
 
-@torch.compiler.disable
 def _identity_pattern(n: int):
+    if _traced.tracing():
+        return _traced.identity_pattern(n)
+    return _make_identity_pattern(n)
+
+
+def _make_identity_pattern(n: int):
     from sparsad.ops.pattern import CSRPattern
 
     return CSRPattern(np.arange(n + 1), np.arange(n), (n, n), check=False)
@@ -137,7 +147,8 @@ def spmv(A: SparseMatrix, x: torch.Tensor, alpha: Scalar = 1.0, beta: Scalar = 0
     x = check_dense(A, x, "x", A.shape[1], 0, "length")
     if x.ndim != 1:
         raise ShapeError(f"x must be 1-D for spmv, got shape {tuple(x.shape)}; use spmm for matrices")
-    if y is None and alpha.__class__ is float and alpha == 1.0 and beta.__class__ is float and beta == 0.0:
+    if y is None and alpha.__class__ is float and alpha == 1.0 and beta.__class__ is float and beta == 0.0 \
+            and not _traced.tracing():
         return _autograd._Contract.apply(_terms_of(A.pattern), 2, A.values, x)  # plain A x: the short path
     alpha = _check_scalar(alpha, "alpha", A)
     beta = _check_scalar(beta, "beta", A)
@@ -195,6 +206,11 @@ def add(A: SparseMatrix, B: SparseMatrix, alpha: Scalar = 1.0, beta: Scalar = 1.
     pattern, maps = _union(A.pattern, B.pattern, A.device)
     as_tensor = [s if isinstance(s, torch.Tensor) else torch.tensor(s, dtype=A.dtype, device=A.device)
                  for s in (alpha, beta)]
+    if isinstance(maps, _traced.Static):  # under torch.compile: two scatters in the graph
+        out = torch.zeros(pattern.nnz, dtype=A.dtype, device=A.device)
+        out = out.index_add(0, _traced.index(maps, "a", A.device), as_tensor[0] * A.values)
+        out = out.index_add(0, _traced.index(maps, "b", A.device), as_tensor[1] * B.values)
+        return SparseMatrix._wrap(pattern, out)
     return SparseMatrix._wrap(pattern, _Add.apply(maps, A.values, B.values, *as_tensor))
 
 
@@ -210,7 +226,7 @@ def _add_maps(pattern, pa, pb, map_a, map_b, device) -> dict:
 
 @torch.compiler.disable  # a Numba kernel: a graph break under torch.compile, not a trace
 def _add_values(maps: dict, a, b, alpha, beta) -> torch.Tensor:
-    if _autograd._use_numba(a):
+    if _autograd._use_numba(a) and not _traced.is_fake(a, b, alpha, beta):
         out = np.zeros(maps["nnz"], dtype=np.result_type(a.numpy(), b.numpy()))
         kernels.scatter_sum(maps["a"], a.numpy(), float(alpha), maps["b"], b.numpy(), float(beta), out)
         return torch.from_numpy(out)
@@ -315,6 +331,21 @@ def diagonal(A: SparseMatrix) -> torch.Tensor:
     where = pattern_index(A.pattern, "diag_pos", A.device)
     out = torch.zeros(min(A.shape), dtype=A.dtype, device=A.device)
     return out.index_put((found,), A.values[where])
+
+
+def coo_indices(A: SparseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row index, column index) of each stored entry as int64 tensors on A's device, in the
+    values' order: gathers and scatters over the pattern in plain torch (also inside
+    torch.compile graphs).
+
+    >>> import torch, sparsad.torch as st
+    >>> A = st.SparseMatrix.from_dense(torch.tensor([[4.0, 0.0], [1.0, 3.0]], dtype=torch.float64))
+    >>> st.coo_indices(A)
+    (tensor([0, 1, 1]), tensor([0, 0, 1]))
+    """
+    A = as_sparse_matrix(A, "A")
+    rows, cols = pattern_index(A.pattern, "rows", A.device), pattern_index(A.pattern, "cols", A.device)
+    return (rows, cols) if _traced.tracing() else (rows.clone(), cols.clone())  # (the eager ones are cached)
 
 
 def row_sum(A: SparseMatrix) -> torch.Tensor:

@@ -13,6 +13,7 @@ import torch
 
 from sparsad.errors import DTypeError, FormatError, InputError, ShapeError, UnsupportedError
 from sparsad.ops.pattern import CSRPattern
+from sparsad.torch._traced import Static
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 
@@ -65,20 +66,30 @@ class SparseMatrix:
     """
 
     __array_priority__ = 1000  # make numpy defer to our reflected operators
-    __slots__ = ("pattern", "values")
+    __slots__ = ("_pattern", "values")
 
     def __init__(self, values: Any, indices: Any, indptr: Any, shape: tuple[int, int]):
         pattern = CSRPattern(_index_numpy(indptr, "indptr"), _index_numpy(indices, "indices"), shape, name="A")
-        self.pattern = pattern
+        self._pattern = pattern
         self.values = _check_values(values, pattern.nnz)
 
     @classmethod
     def _wrap(cls, pattern: CSRPattern, values: torch.Tensor) -> "SparseMatrix":
         """Trusted constructor: pattern and values already checked."""
         matrix = object.__new__(cls)
-        matrix.pattern = pattern
+        matrix._pattern = pattern
         matrix.values = values
         return matrix
+
+    @property
+    def pattern(self) -> CSRPattern:
+        """The CSR pattern (no gradient). While dynamo traces, a matrix made in the graph holds its
+        pattern as a graph constant (`sparsad.torch._traced.Static`); such a matrix that reaches
+        eager code (a graph break, a compiled function's result) reads the pattern itself."""
+        pattern = self._pattern
+        if isinstance(pattern, Static) and not torch.compiler.is_compiling():
+            return pattern.obj
+        return pattern
 
     # -- constructors --------------------------------------------------------------------------
     @classmethod
@@ -174,10 +185,12 @@ class SparseMatrix:
         return cls._wrap(pattern, tensor[rows, cols])
 
     # -- conversions ---------------------------------------------------------------------------
+    @torch.compiler.disable  # NumPy or a torch sparse tensor: a graph break at the call
     def to_scipy(self):
         """A scipy CSR matrix with a copy of the values (detached)."""
         return self.pattern.to_scipy(self.values.detach().cpu().numpy().copy())
 
+    @torch.compiler.disable  # NumPy or a torch sparse tensor: a graph break at the call
     def to_torch(self) -> torch.Tensor:
         """A torch sparse CSR tensor sharing the (differentiable) values."""
         dev = self.values.device
@@ -187,9 +200,10 @@ class SparseMatrix:
 
     def to_dense(self) -> torch.Tensor:
         """The dense matrix (explicit densification; differentiable in the values)."""
+        from sparsad.torch.linalg import pattern_index
+
         dev = self.values.device
-        rows = torch.tensor(self.pattern.rows, device=dev)
-        cols = torch.tensor(self.pattern.indices, device=dev, dtype=torch.int64)
+        rows, cols = pattern_index(self.pattern, "rows", dev), pattern_index(self.pattern, "cols", dev)
         dense = torch.zeros(self.shape, dtype=self.values.dtype, device=dev)
         return dense.index_put((rows, cols), self.values)
 

@@ -5,6 +5,7 @@ import math
 
 import torch
 
+from sparsad.torch.linalg import spmm
 from sparsad.torch.matrix import SparseMatrix
 
 
@@ -24,8 +25,9 @@ class GCNConv(torch.nn.Module):
             torch.nn.init.zeros_(self.bias)
 
     def forward(self, adjacency: SparseMatrix, features: torch.Tensor | SparseMatrix) -> torch.Tensor:
-        support = features @ self.weight  # sparse @ dense when the features are a SparseMatrix
-        out = adjacency @ support
+        # (spmm, not @: under torch.compile dynamo sends `SparseMatrix @ tensor` to torch's matmul)
+        support = spmm(features, self.weight) if isinstance(features, SparseMatrix) else features @ self.weight
+        out = spmm(adjacency, support)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:

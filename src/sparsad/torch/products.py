@@ -18,7 +18,7 @@ import torch
 
 from sparsad.ops.pattern import CSRPattern
 from sparsad.ops.spgemm import SpGEMM
-from sparsad.torch import _autograd
+from sparsad.torch import _autograd, _traced
 from sparsad.torch._functorch import loop_vmap
 
 
@@ -33,6 +33,8 @@ def _other_roles(out_role: int) -> tuple[int, int]:
 
 @torch.compiler.disable  # Numba kernels on NumPy views: a graph break under torch.compile, not a trace
 def _evaluate(product: SpGEMM, out_role: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    if _traced.is_fake(u, v):  # meta or fake tensors: the custom op's shape, no kernel
+        return _traced._gustavson_op(_traced.Static.of(product), out_role, u, v)
     if _autograd._use_numba(u):
         ru, rv = _other_roles(out_role)
         operands = {ru: u.contiguous().numpy(), rv: v.contiguous().numpy()}
@@ -102,7 +104,10 @@ def _first_product(a_pattern: CSRPattern, a: torch.Tensor, b_pattern: CSRPattern
 
 def spgemm(a_pattern: CSRPattern, a: torch.Tensor, b_pattern: CSRPattern, b: torch.Tensor):
     """(pattern of A B, its values): the first call for a pattern pair fuses both phases."""
-    if _autograd._use_numba(a) and not any(_wrapped(t) for t in (a, b)):
+    if _traced.tracing():  # under torch.compile: the symbolic phase at trace time, values by a custom op
+        product, pattern = _traced.as_static(a_pattern).product(_traced.as_static(b_pattern))
+        return pattern, _traced.gustavson(product, 2, a, b)
+    if _autograd._use_numba(a) and not any(_wrapped(t) for t in (a, b)) and not _traced.is_fake(a, b):
         product, first = _first_product(a_pattern, a, b_pattern, b)
         return product.pattern, _Gustavson.apply(product, 2, a, b, first)
     product = a_pattern.product(b_pattern)

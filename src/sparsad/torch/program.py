@@ -106,9 +106,7 @@ def _to_numpy(kind: str, pattern: CSRPattern | None, tensor: torch.Tensor) -> An
 class _ProgramFunction(torch.autograd.Function):
     @staticmethod
     def forward(call: _Call, *tensors: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling():  # NumPy and Numba: a graph break, never a trace
-            return _run_forward_untraced(call, tensors)
-        return call.owner._run_forward(call, tensors)  # (the disable wrapper costs per call)
+        return call.owner._run_forward(call, tensors)  # (never traced: dynamo calls _call_traced)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -186,11 +184,6 @@ def _unwrap_dead_wrappers(args: tuple) -> tuple:
     from torch._functorch.utils import unwrap_dead_wrappers
 
     return unwrap_dead_wrappers(args)
-
-
-@torch.compiler.disable
-def _run_forward_untraced(call: _Call, tensors) -> torch.Tensor:
-    return call.owner._run_forward(call, tensors)
 
 
 def _surely_nonzero(tensor: torch.Tensor) -> bool:
@@ -309,6 +302,10 @@ class TorchProgram:
         return self._call(inputs, self.layout)
 
     def _call(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
+        from sparsad.torch import _traced
+
+        if _traced.tracing():  # dynamo: a custom op (its fake kernel gives the shape)
+            return self._call_traced(inputs, layout)
         self.program._check_inputs(inputs)
         names, kinds, patterns, tensors, constants = [], [], [], [], {}
         for name in sorted(inputs):
@@ -342,17 +339,73 @@ class TorchProgram:
                      shapes=tuple(tuple(t.shape) for t in tensors))
         if not tensors:  # nothing to differentiate: run directly
             return self._wrap(call, self._run_forward(call, ()))
+        if _traced.is_fake(*tensors):  # meta or fake tensors: shapes from the custom op
+            return self._call_traced(inputs, layout)
         return self._wrap(call, _apply(call, tensors))
+
+    # -- under torch.compile (and on meta or fake tensors) ----------------------------------
+    def _call_traced(self, inputs: Mapping[str, Any], layout: _Layout) -> torch.Tensor:
+        """The call as the custom op `sparsad::program` on the flat tensors (a SparseMatrix
+        enters as its values; its pattern, the program and the constants as one graph constant)."""
+        from sparsad.torch import _traced
+
+        names, kinds, patterns, tensors, constants = [], [], [], [], []
+        for name in sorted(inputs):
+            value = inputs[name]
+            if isinstance(value, SparseMatrix):
+                names.append(name), kinds.append("sparse"), patterns.append(_traced.as_static(value.pattern))
+                tensors.append(value.values)
+            elif isinstance(value, torch.Tensor) and value.layout == torch.strided and value.is_floating_point():
+                names.append(name), kinds.append("scalar" if value.ndim == 0 else "dense"), patterns.append(None)
+                tensors.append(value)
+            elif isinstance(value, (bool, int, float)):
+                constants.append((name, value))
+            else:
+                raise UnsupportedError(
+                    f"input {name!r} is a {type(value).__name__}: under torch.compile (or on meta/fake tensors) "
+                    "compile_program takes float tensors, SparseMatrix inputs and Python numbers; pass it as a "
+                    "float tensor or a SparseMatrix")
+            if names and names[-1] == name and name not in self.wrt and tensors[-1].requires_grad \
+                    and torch.is_grad_enabled():
+                raise InputError(f"input {name!r} requires grad but is not in wrt={list(self.wrt)}; add it "
+                                 f"to wrt or pass {name}.detach()")
+        if any(t.dtype not in (torch.float32, torch.float64) for t in tensors):
+            raise DTypeError(f"tensor inputs must be float32 or float64, got {sorted({str(t.dtype) for t in tensors})}")
+        dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+        if not tensors:
+            raise UnsupportedError("under torch.compile (or on meta/fake tensors) compile_program needs at least "
+                                   "one tensor input")
+        spec = _traced.static_of(self).traced_spec(tuple(names), tuple(kinds), tuple(patterns), tuple(constants),
+                                                   dtype, layout.kind)
+        return _traced.program(spec, tensors)
+
+    def _traced_spec(self, names: tuple, kinds: tuple, patterns: tuple, constants: tuple, dtype: torch.dtype,
+                     layout_kind: str) -> "_TracedSpec":
+        """The call's static part (run at trace time), one per distinct set of arguments."""
+        key = (names, kinds, patterns, constants, dtype, layout_kind)
+        cache = self.__dict__.setdefault("_traced_specs", {})
+        if key not in cache:
+            self.program._check_inputs({n: None for n in names + tuple(n for n, _ in constants)})
+            cache[key] = _TracedSpec(self, names, kinds, tuple(None if p is None else p.obj for p in patterns),
+                                     dict(constants), dtype, _Layout(layout_kind))
+        from sparsad.torch._traced import Static
+
+        return Static.of(cache[key])
 
     def _wrap(self, call: _Call, values: torch.Tensor) -> Any:
         if call.out_pattern is not None and call.layout.kind == "natural":
             return SparseMatrix._wrap(call.out_pattern, values)
         return values
 
-    def _run_forward(self, call: _Call, tensors) -> torch.Tensor:
+    def _prepare_types(self, call: _Call, tensors) -> dict[str, Any]:
+        """Set `call.types` (without running the program) and return the NumPy inputs."""
+        inputs = call.numpy_inputs(tensors)
+        self._set_types(call, inputs)
+        return inputs
+
+    def _set_types(self, call: _Call, inputs: dict[str, Any]) -> None:
         from sparsad.lang.typecheck import value_type
 
-        inputs = call.numpy_inputs(tensors)
         if not call.types:
             # the types follow from the call's key (kinds, shapes; constants' kinds and shapes)
             # unless a constant is a StoredTensor or a dict (its format or keys matter too)
@@ -363,6 +416,9 @@ class TorchProgram:
                 if key is not None:
                     self._types[key] = types
             call.types = types
+
+    def _run_forward(self, call: _Call, tensors) -> torch.Tensor:
+        inputs = self._prepare_types(call, tensors)
         result = self._run_numpy(inputs)
         layout = call.layout
         call.out_pattern = None
@@ -531,6 +587,46 @@ class TorchProgram:
         if not reads or reads - set(inputs):
             return torch.zeros(out_shape, dtype=call.dtype)
         return derived._call(inputs, layout).to(call.dtype)
+
+
+class _TracedSpec:
+    """What a traced call of `owner` fixes: the tensors' names and kinds, the sparse inputs'
+    patterns, the constants, the dtype and the output layout (shapes come with the tensors)."""
+
+    def __init__(self, owner: TorchProgram, names: tuple, kinds: tuple, patterns: tuple, constants: dict,
+                 dtype: torch.dtype, layout: _Layout):
+        self.owner, self.names, self.kinds, self.patterns = owner, names, kinds, patterns
+        self.constants, self.dtype, self.layout = constants, dtype, layout
+        self._shapes: dict[tuple, tuple] = {}
+
+    def __repr__(self) -> str:
+        return f"_TracedSpec({self.owner!r}, {list(self.names)})"
+
+    def call(self, tensors) -> _Call:
+        return _Call(self.owner, self.names, self.kinds, self.patterns, dict(self.constants), self.dtype,
+                     self.layout, shapes=tuple(tuple(t.shape) for t in tensors))
+
+    def out_shape(self, tensors) -> tuple:
+        """The output's shape for tensors of these shapes (fake ones: each size is specialised,
+        so a new size retraces): from one run of the program on ones, once per shapes."""
+        shapes = tuple(tuple(int(d) for d in t.shape) for t in tensors)
+        if shapes not in self._shapes:
+            for kind, pattern, shape in zip(self.kinds, self.patterns, shapes):
+                if kind == "sparse" and shape != (pattern.nnz,):
+                    raise ShapeError(f"a sparse input's values have shape {shape}; its pattern has "
+                                     f"{pattern.nnz} entries")
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+            call = _Call(self.owner, self.names, self.kinds, self.patterns, dict(self.constants), torch.float64,
+                         self.layout, shapes=shapes)
+            with unset_fake_temporarily(), np.errstate(all="ignore"):  # real tensors, outside the fake mode
+                result = self.owner._run_forward(call, [torch.ones(shape, dtype=torch.float64) for shape in shapes])
+            if call.out_pattern is not None:
+                raise UnsupportedError(
+                    f"{self.owner!r} returns a sparse result, whose pattern depends on the data; under "
+                    "torch.compile (or on meta/fake tensors) build it with compile_program(..., out_format='dense')")
+            self._shapes[shapes] = tuple(result.shape)
+        return self._shapes[shapes]
 
 
 def compile_program(prog: Any, wrt: str | Iterable[str] | None = None,

@@ -25,6 +25,7 @@ import torch
 from sparsad.errors import InputError, ShapeError, UnsupportedError
 from sparsad.ops import solve as _solve
 from sparsad.ops.pattern import CSRPattern
+from sparsad.torch import _traced
 from sparsad.torch._functorch import loop_vmap
 from sparsad.torch.linalg import _index, check_dense
 from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
@@ -93,6 +94,8 @@ def _tri_forward(pattern: CSRPattern, lower: bool, unit: bool, values: torch.Ten
 class _TriSolve(torch.autograd.Function):
     @staticmethod
     def forward(pattern, lower, unit, values, b):
+        if _traced.is_fake(values, b):  # meta or fake tensors: the custom op's shape
+            return _traced._trisolve_op(_traced.Static.of(pattern), lower, unit, values, b)
         _solve.check_triangular(pattern, _numpy(values), lower, unit)
         return _tri_forward(pattern, lower, unit, values, b)
 
@@ -150,6 +153,9 @@ def triangular_solve(L: SparseMatrix, b: torch.Tensor, lower: bool = True, unit_
         raise ShapeError(f"L must be square for a triangular solve, got shape {L.shape}")
     matrix, low = (_transpose(L), not lower) if transpose else (L, lower)
     rhs, vector = _as_columns(matrix, b)
+    if _traced.tracing():  # under torch.compile: the custom op
+        x = _traced.trisolve(_traced.as_static(matrix.pattern), low, bool(unit_diagonal), matrix.values, rhs)
+        return x[:, 0] if vector else x
     x = _TriSolve.apply(matrix.pattern, low, bool(unit_diagonal), matrix.values, rhs)
     return x[:, 0] if vector else x
 
@@ -179,6 +185,13 @@ class FactorHandle:
             raise InputError("the matrix's values changed after it was factored (in place, for example by "
                              "an optimizer step); factor it again: splu(A) or cholesky(A)")
         return self.factor
+
+    def current(self, values: torch.Tensor):
+        """The factor of these values, factoring again when they differ from those factored (for
+        a handle that outlives one call: a compiled graph's, reused by every step)."""
+        if self.factor is not None and not np.array_equal(_numpy(values), self._factored):
+            self.factor = None
+        return self.get(values)
 
     def fresh(self) -> "FactorHandle":
         return FactorHandle(self.pattern, self._build)
@@ -340,7 +353,11 @@ class _Sign(torch.autograd.Function):
 
 
 def _lu_handle(A: SparseMatrix) -> FactorHandle:
-    return FactorHandle(A.pattern, lambda pattern, values: _solve.LUFactor(pattern, values))
+    return _lu_handle_of(A.pattern)
+
+
+def _lu_handle_of(pattern: CSRPattern) -> FactorHandle:
+    return FactorHandle(pattern, lambda pattern, values: _solve.LUFactor(pattern, values))
 
 
 def _eager(handle: FactorHandle, values: torch.Tensor) -> None:
@@ -400,6 +417,7 @@ class SparseLU:
         return torch.where(sign > 0, logabs, torch.full_like(logabs, float("nan")))
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def splu(A: SparseMatrix) -> SparseLU:
     """Factor A = Pr^T L U Pc^T once (SuperLU) for repeated differentiable solves (numml's splu).
 
@@ -413,6 +431,7 @@ def splu(A: SparseMatrix) -> SparseLU:
     return SparseLU(A)
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def splu_solve(lu: SparseLU, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
     """x = A^{-1} b (or A^{-T} b) with a factorisation from `splu` (numml's splu_solve).
 
@@ -437,18 +456,24 @@ def spsolve(A: SparseMatrix, b: torch.Tensor) -> torch.Tensor:
     tensor([0.0909, 0.6364], dtype=torch.float64)
     """
     A = as_sparse_matrix(A, "A")
-    if A.device.type != "cpu":
+    if A.device.type not in ("cpu", "meta"):
         raise UnsupportedError("spsolve runs SuperLU on the CPU; move A and b with .to('cpu') "
                                "(or use cg, which runs on any device)")
     if A.shape[0] != A.shape[1]:
         raise ShapeError(f"A must be square to solve with it, got shape {A.shape}")
     rhs, vector = _as_columns(A, b)
+    if _traced.tracing() or _traced.is_fake(A.values, rhs):  # torch.compile, meta/fake tensors: the custom op
+        handle = _traced.as_static(A.pattern).lu_handle() if _traced.tracing() else \
+            _traced.Static(_lu_handle(A))
+        x = _traced.lu_solve(handle, False, A.values, rhs)
+        return x[:, 0] if vector else x
     handle = _lu_handle(A)
     _eager(handle, A.values)
     x = _FactorSolve.apply(A.pattern, handle, False, A.values, rhs)
     return x[:, 0] if vector else x
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def slogdet(A: SparseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det A|) of a general square matrix through its LU factor; differentiable in A.
 
@@ -460,6 +485,7 @@ def slogdet(A: SparseMatrix) -> tuple[torch.Tensor, torch.Tensor]:
     return SparseLU(A).slogdet()
 
 
+@torch.compiler.disable  # no custom op yet: a graph break at the call, before any pattern is read
 def logdet(A: SparseMatrix) -> torch.Tensor:
     """log det A of a general square matrix through its LU factor (NaN if det A < 0, as torch.logdet).
 

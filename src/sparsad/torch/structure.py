@@ -24,7 +24,8 @@ import torch
 
 from sparsad.errors import InputError, ShapeError
 from sparsad.ops.pattern import CSRPattern
-from sparsad.torch.linalg import _index
+from sparsad.torch import _traced
+from sparsad.torch.linalg import pattern_index
 from sparsad.torch.matrix import SparseMatrix, as_sparse_matrix
 
 
@@ -52,6 +53,9 @@ def eye(n: int, m: int | None = None, k: int = 0, *, dtype: torch.dtype = torch.
             raise InputError(f"{name} must be an int, got {type(value).__name__}")
     if n < 0 or m < 0:
         raise ShapeError(f"eye needs non-negative sizes, got n={n}, m={m}")
+    if _traced.tracing():  # under torch.compile: a graph constant
+        pattern = _traced.PATTERNS.diagonal(n, m, k)
+        return SparseMatrix._wrap(pattern, torch.ones(pattern.nnz, dtype=dtype, device=device))
     pattern, rows = _diagonal_pattern(int(n), int(m), int(k))
     return SparseMatrix._wrap(pattern, torch.ones(rows.shape[0], dtype=dtype, device=device))
 
@@ -71,19 +75,33 @@ def diag(x: torch.Tensor, k: int = 0) -> SparseMatrix:
     if x.dtype not in (torch.float32, torch.float64):
         raise InputError(f"x must be float32 or float64, got {x.dtype}")
     n = x.shape[0] + builtins.abs(int(k))  # the module defines its own abs
+    if _traced.tracing():  # under torch.compile: a graph constant
+        return SparseMatrix._wrap(_traced.PATTERNS.diagonal(n, n, k), x)
     pattern, _ = _diagonal_pattern(n, n, int(k))
     return SparseMatrix._wrap(pattern, x)
 
 
-def _select(A: SparseMatrix, keep: np.ndarray) -> SparseMatrix:
-    """The stored entries where `keep` is true (same shape); gradient flows to those entries."""
-    pattern = A.pattern
+def _selected(pattern: CSRPattern, keep: np.ndarray) -> tuple[CSRPattern, np.ndarray]:
+    """(the pattern of the stored entries where `keep` is true, their positions)."""
     counts = np.bincount(pattern.rows[keep], minlength=pattern.shape[0])
     indptr = np.zeros(pattern.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     sub = CSRPattern(indptr, pattern.indices[keep].astype(np.int64), pattern.shape, check=False)
-    positions = torch.as_tensor(np.flatnonzero(keep), dtype=torch.int64, device=A.device)
-    return SparseMatrix._wrap(sub, A.values[positions])
+    return sub, np.flatnonzero(keep)
+
+
+def _select(A: SparseMatrix, keep: np.ndarray) -> SparseMatrix:
+    """The stored entries where `keep` is true (same shape); gradient flows to those entries."""
+    sub, positions = _selected(A.pattern, keep)
+    return SparseMatrix._wrap(sub, A.values[torch.as_tensor(positions, dtype=torch.int64, device=A.device)])
+
+
+def _triangle(A: SparseMatrix, upper: bool, k: Any) -> SparseMatrix:
+    if _traced.tracing():  # under torch.compile: the pattern at trace time, a gather in the graph
+        sub, positions = _traced.as_static(A.pattern).select(upper, int(k))
+        return SparseMatrix._wrap(sub, A.values[_traced.index(positions, "positions", A.device)])
+    offsets = A.pattern.indices - A.pattern.rows
+    return _select(A, offsets >= int(k) if upper else offsets <= int(k))
 
 
 def tril(A: SparseMatrix, k: int = 0) -> SparseMatrix:
@@ -96,7 +114,7 @@ def tril(A: SparseMatrix, k: int = 0) -> SparseMatrix:
             [1., 3.]], dtype=torch.float64)
     """
     A = as_sparse_matrix(A, "A")
-    return _select(A, A.pattern.indices - A.pattern.rows <= int(k))
+    return _triangle(A, False, k)
 
 
 def triu(A: SparseMatrix, k: int = 0) -> SparseMatrix:
@@ -109,7 +127,7 @@ def triu(A: SparseMatrix, k: int = 0) -> SparseMatrix:
             [0., 0.]], dtype=torch.float64)
     """
     A = as_sparse_matrix(A, "A")
-    return _select(A, A.pattern.indices - A.pattern.rows >= int(k))
+    return _triangle(A, True, k)
 
 
 def add_scalar(A: SparseMatrix, value: Any) -> SparseMatrix:
@@ -165,8 +183,7 @@ def sum(A: SparseMatrix, dim: int | None = None) -> torch.Tensor:  # noqa: A001 
     if dim not in (0, 1, -1, -2):
         raise InputError(f"dim must be None, 0 or 1 for a matrix, got {dim!r}")
     axis = dim % 2
-    index = _index(A.pattern.rows if axis == 1 else A.pattern.indices, A.device, A.pattern,
-                   "rows" if axis == 1 else "cols")
+    index = pattern_index(A.pattern, "rows" if axis == 1 else "cols", A.device)
     size = A.shape[0] if axis == 1 else A.shape[1]
     return torch.zeros(size, dtype=A.dtype, device=A.device).index_add(0, index, A.values)
 
@@ -180,11 +197,10 @@ def trace(A: SparseMatrix) -> torch.Tensor:
     tensor(7., dtype=torch.float64)
     """
     A = as_sparse_matrix(A, "A")
-    positions = A.pattern.diagonal_positions
-    stored = torch.as_tensor(positions[positions >= 0], dtype=torch.int64, device=A.device)
-    return A.values[stored].sum()
+    return A.values[pattern_index(A.pattern, "diag_pos", A.device)].sum()
 
 
+@torch.compiler.disable  # a torch sparse tensor: a graph break at the call
 def to_torch_coo(A: SparseMatrix) -> torch.Tensor:
     """A torch sparse COO tensor (coalesced) sharing the differentiable values.
 
