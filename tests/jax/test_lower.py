@@ -18,7 +18,7 @@ jnp = jax.numpy
 
 import sparsad.jax as sj  # noqa: E402
 from sparsad.bridge import values_on  # noqa: E402
-from sparsad.errors import SparsadError  # noqa: E402
+from sparsad.errors import ShapeError, SparsadError  # noqa: E402
 
 
 def _close(ours, reference, what):
@@ -242,6 +242,10 @@ def test_lowered_programs_match_dense_autodiff_on_random_patterns(matrix, name, 
             matrix = jnp.zeros((n, m)).at[positions].set(values)
             return jnp.sum(jnp.sin(reference(jnp, matrix, mask, kept, {**inputs, **given})))
 
+        if name == "window" and n < 3:  # A(1:3) reaches outside a matrix of fewer than 3 rows
+            with pytest.raises(ShapeError, match="outside"):
+                jax.jit(ours)(*leaves)
+            return
         argnums = tuple(range(len(names)))
         step = jax.jit(jax.grad(ours, argnums))
         # a sub-array of rows: its vjp program iterates a dictionary whose key set may differ per
@@ -338,3 +342,13 @@ def test_example_layers_lowered_under_jit_match_dense_autodiff():
         for k in params:
             _close(got[k], want[k], f"example gradient {k}")
         _close(jax.jit(lambda p: forward(A, X, p))(params), dense_forward(params), "example value")
+
+
+def test_a_window_outside_the_rows_raises_under_jit():
+    """The `window` program on a matrix of 2 rows: A(1:3) reaches outside axis 0, the interpreter's
+    ShapeError under jit too (the case the random patterns above draw at n < 3)."""
+    with jax.enable_x64(True):
+        A = sj.SparseMatrix.from_scipy(sp.csr_matrix(np.array([[1.0, 0.0], [2.0, 3.0]])))
+        program = _program("window")
+        with pytest.raises(ShapeError, match="outside"):
+            jax.jit(lambda x: program(A=A, x=x))(jnp.ones(2))
