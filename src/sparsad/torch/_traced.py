@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import uuid
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -492,11 +492,16 @@ def _lu_solve_setup(ctx, inputs, output):
 def _lu_solve_backward(ctx, g):
     values, x = ctx.saved_tensors
     gb = _lu_solve_op(ctx.handle, not ctx.transposed, values, g)
-    gvalues = None
-    if ctx.needs_input_grad[2]:  # entry (i, j) of op(A) is entry (j, i) of A when transposed
-        pattern = ctx.handle.pattern()
-        gvalues = -(_masked_outer(pattern, x, gb) if ctx.transposed else _masked_outer(pattern, gb, x))
-    return None, None, gvalues, gb
+    return None, None, _solve_values_grad(ctx, ctx.handle.pattern, x, gb), gb
+
+
+def _solve_values_grad(ctx, pattern: Callable[[], Any], x: torch.Tensor, gb: torch.Tensor):
+    """A solve's gradient w.r.t. A's values from the adjoint solution gb: -(gb x^T) on A's
+    pattern, or -(x gb^T) for the transposed solve (entry (i, j) of A^T is entry (j, i) of A);
+    None when the values need no gradient (the pattern is then not even fetched)."""
+    if not ctx.needs_input_grad[2]:
+        return None
+    return -(_masked_outer(pattern(), x, gb) if ctx.transposed else _masked_outer(pattern(), gb, x))
 
 
 _lu_solve_op.register_autograd(_lu_solve_backward, setup_context=_lu_solve_setup)
@@ -548,11 +553,7 @@ def _krylov_setup(ctx, inputs, output):
 def _krylov_backward(ctx, g):
     values, x = ctx.saved_tensors
     gb = _krylov_op(ctx.config, not ctx.transposed, values, g, None)
-    gvalues = None
-    if ctx.needs_input_grad[2]:
-        pattern = ctx.config.pattern()
-        gvalues = -(_masked_outer(pattern, x, gb) if ctx.transposed else _masked_outer(pattern, gb, x))
-    return None, None, gvalues, gb, None
+    return None, None, _solve_values_grad(ctx, ctx.config.pattern, x, gb), gb, None
 
 
 _krylov_op.register_autograd(_krylov_backward, setup_context=_krylov_setup)
