@@ -182,6 +182,19 @@ def jax_model():
     return forward
 
 
+def jax_dense_model():
+    """The same model on dense arrays (the reference for gradients)."""
+    import jax
+    import jax.numpy as jnp
+
+    def forward(A, X, params):
+        hidden = jax.nn.relu(A @ (X @ params["W1"]))
+        scores = jnp.where(A != 0, (hidden @ params["Wq"]) @ (hidden @ params["Wk"]).T, -jnp.inf)
+        return jax.nn.softmax(scores, axis=1) @ (hidden @ params["Wv"])
+
+    return forward
+
+
 def jax_row_max_scores(A, Q, K):
     """Each row's largest q_i . k_j over its stored neighbours j (stop_gradient: a constant)."""
     import jax

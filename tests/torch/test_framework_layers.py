@@ -58,10 +58,8 @@ def test_jax_optax_layers_train_and_match_dense_gradients():
         params = {k: jnp.asarray(v) for k, v in ex.init(X.shape[1], 16, 8, classes, seed=1).items()}
         forward = ex.jax_model()
 
-        def dense_forward(params):
-            hidden = jax.nn.relu(dense @ (X @ params["W1"]))
-            scores = jnp.where(dense != 0, (hidden @ params["Wq"]) @ (hidden @ params["Wk"]).T, -jnp.inf)
-            return jax.nn.softmax(scores, axis=1) @ (hidden @ params["Wv"])
+        dense_model = ex.jax_dense_model()
+        dense_forward = lambda p: dense_model(dense, X, p)  # noqa: E731
 
         loss = lambda f: (lambda p: optax.softmax_cross_entropy_with_integer_labels(f(p), y).mean())  # noqa: E731
         got = jax.grad(loss(lambda p: forward(A, X, p)))(params)

@@ -484,15 +484,17 @@ def _(handle, transposed, values, b):
     return torch.empty_like(b)
 
 
-def _lu_solve_setup(ctx, inputs, output):
-    ctx.handle, ctx.transposed = inputs[0], inputs[1]
+def _solve_setup(ctx, inputs, output):
+    """(static, transposed, values, b, ...) -> x: what a solve's backward needs (an adjoint solve
+    with the same static handle or config, then A's value gradient from x)."""
+    ctx.static, ctx.transposed = inputs[0], inputs[1]
     ctx.save_for_backward(inputs[2], output)
 
 
 def _lu_solve_backward(ctx, g):
     values, x = ctx.saved_tensors
-    gb = _lu_solve_op(ctx.handle, not ctx.transposed, values, g)
-    return None, None, _solve_values_grad(ctx, ctx.handle.pattern, x, gb), gb
+    gb = _lu_solve_op(ctx.static, not ctx.transposed, values, g)
+    return None, None, _solve_values_grad(ctx, ctx.static.pattern, x, gb), gb
 
 
 def _solve_values_grad(ctx, pattern: Callable[[], Any], x: torch.Tensor, gb: torch.Tensor):
@@ -504,7 +506,7 @@ def _solve_values_grad(ctx, pattern: Callable[[], Any], x: torch.Tensor, gb: tor
     return -(_masked_outer(pattern(), x, gb) if ctx.transposed else _masked_outer(pattern(), gb, x))
 
 
-_lu_solve_op.register_autograd(_lu_solve_backward, setup_context=_lu_solve_setup)
+_lu_solve_op.register_autograd(_lu_solve_backward, setup_context=_solve_setup)
 
 
 def lu_solve(handle: Static, transposed: bool, values: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -545,18 +547,13 @@ def _(config, transposed, values, b, x0):
     return torch.empty_like(b)
 
 
-def _krylov_setup(ctx, inputs, output):
-    ctx.config, ctx.transposed = inputs[0], inputs[1]
-    ctx.save_for_backward(inputs[2], output)
-
-
 def _krylov_backward(ctx, g):
     values, x = ctx.saved_tensors
-    gb = _krylov_op(ctx.config, not ctx.transposed, values, g, None)
-    return None, None, _solve_values_grad(ctx, ctx.config.pattern, x, gb), gb, None
+    gb = _krylov_op(ctx.static, not ctx.transposed, values, g, None)
+    return None, None, _solve_values_grad(ctx, ctx.static.pattern, x, gb), gb, None
 
 
-_krylov_op.register_autograd(_krylov_backward, setup_context=_krylov_setup)
+_krylov_op.register_autograd(_krylov_backward, setup_context=_solve_setup)
 
 
 def krylov(config: Static, values: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None) -> torch.Tensor:
