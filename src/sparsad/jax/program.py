@@ -80,7 +80,8 @@ class JaxProgram:
     11.0
     """
 
-    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, lower: bool | str = "auto"):
+    def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, lower: bool | str = "auto",
+                 _split: bool = True):
         import sparsad
 
         if lower not in (True, False, "auto"):
@@ -103,6 +104,9 @@ class JaxProgram:
         # ("auto") where sparsad.jax.lower.choice prefers them to the host call
         self.lower = lower
         self._choices: dict[tuple, bool] = {}  # call signature -> lowered (True) or host call
+        # the program as a chain of programs cut at top-level lets worth keeping (sparsad.opt.stages):
+        # each stage a primitive of its own, whose intermediates JAX keeps for the backward pass
+        self._stages = _StageChain.of(self) if _split else None
         _primitive()
 
     def __repr__(self) -> str:
@@ -114,6 +118,10 @@ class JaxProgram:
             from sparsad.lang.program import bind_inputs
 
             inputs = bind_inputs(self.program.inputs, args, inputs)
+        if self._stages is not None:
+            staged = self._stages(inputs)
+            if staged is not _UNSPLIT:
+                return staged
         return self._call(inputs, None)
 
     def _call(self, inputs: dict[str, Any], layout: tuple | None, origin: tuple | None = None) -> Any:
@@ -288,7 +296,7 @@ class JaxProgram:
             expr = derivative_expr(self.program, kind, name, spec.types, self._seed)
             if expr is not None and self._types_as_zero(expr, kind, name, spec):
                 expr = None  # e.g. a jvp of a vjp program in an input it reads only linearly
-            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower)
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower, _split=False)
         return self._derived[key]
 
     def _types_as_zero(self, expr, kind: str, name: str, spec: _Spec) -> bool:
@@ -367,7 +375,7 @@ class JaxProgram:
                     else joint_vjp_expr(self.program.expr, names, spec.types, self._seed)
             except (UnsupportedError, ProgramTypeError):  # the programs one by one say why
                 expr = None
-            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower)
+            self._derived[key] = None if expr is None else JaxProgram(sparsad.Program(expr), lower=self.lower, _split=False)
         return self._derived[key], seeds
 
     def _leaf_inputs(self, derived: "JaxProgram", spec: _Spec, leaves) -> dict[str, Any]:
@@ -407,6 +415,141 @@ class JaxProgram:
         shape = spec.shapes[ks[0]]
         stacked = derived._call(inputs, ("dense", (len(ks), *shape)))
         return [stacked[t].astype(spec.dtypes[k]) for t, k in enumerate(ks)]
+
+
+_UNSPLIT = object()  # a _StageChain's answer when the call runs as one program
+
+
+class _StageChain:
+    """A JaxProgram's program as a chain of stage programs (`sparsad.opt.stages`), each a
+    JaxProgram binding its own primitive: JAX keeps each stage's result as a residual of the
+    next, so no derivative program recomputes an earlier stage. Intermediates are dense arrays
+    here (as every JaxProgram result): a let is cut only when its dense array is no larger than
+    the program's own arrays (inputs and result). One plan per input signature."""
+
+    def __init__(self, owner: "JaxProgram"):
+        self.owner = owner
+        self._plans: dict[tuple, list] = {}
+        self._programs: dict[Any, JaxProgram] = {}  # stage expression -> its program (shared by plans)
+
+    @staticmethod
+    def of(owner: "JaxProgram") -> "_StageChain | None":
+        from sparsad.opt.stages import split_stages
+
+        return _StageChain(owner) if len(split_stages(owner.program.expr)) > 1 else None
+
+    def __call__(self, inputs: dict[str, Any]) -> Any:
+        key = _signature_of(inputs)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            plan = self._plan(inputs)
+            if key is not None:
+                self._plans[key] = plan
+        if not plan:
+            return _UNSPLIT
+        self.owner.program._check_inputs(inputs)
+        env = dict(inputs)
+        for program, name, product in plan:
+            value = _matmul(env, product) if product is not None else None
+            if value is None:
+                value = program._call({n: env[n] for n in program.program.inputs}, None)
+            if name is None:
+                return value
+            env[name] = value
+
+    def _plan(self, inputs: dict[str, Any]) -> list:
+        """[(stage program, result name)] for inputs like these; [] when no let is cut."""
+        from sparsad.lang.typecheck import infer
+        from sparsad.lang.types import tensor_order
+        from sparsad.opt.stages import matrix_product, split_stages
+
+        try:
+            types = {name: _type_of(value) for name, value in inputs.items()}
+            result = infer(self.owner.program.expr, types)
+        except Exception:  # noqa: BLE001 - the one program reports the user's error
+            return []
+        budget = max([_dense_size(t) or 0 for t in types.values()] + [_dense_size(result) or 0, 1])
+        cut: set[str] = set()
+
+        def keep(name: str, value) -> bool:
+            try:
+                t = infer(value, types)
+            except Exception:  # noqa: BLE001 - not typeable on its own: stays inside
+                return False
+            size = _dense_size(t) if tensor_order(t) is not None else None
+            if size is None or size > budget:
+                return False
+            types[name] = t
+            cut.add(name)
+            return True
+
+        stages = split_stages(self.owner.program.expr, keep)
+        if len(stages) == 1:
+            return []
+        plan = []
+        for stage in stages:
+            program = self._programs.get(stage.expr)
+            if program is None:
+                wrt = [n for n in stage.inputs if n in self.owner.wrt or n in cut]
+                program = self._programs[stage.expr] = JaxProgram(stage.expr, wrt, self.owner.lower, _split=False)
+            plan.append((program, stage.name, matrix_product(stage.expr)))
+        return plan
+
+
+def _matmul(env: dict, product: tuple[str, str]) -> Any:
+    """L @ R by XLA's dot when the stage is exactly that product of two dense matrices (a GEMM;
+    lowered as gathers and sums it is several times slower, and JAX's derivative of a product
+    is exact), else None (the stage program runs)."""
+    import jax.numpy as jnp
+
+    left, right = env[product[0]], env[product[1]]
+    for value in (left, right):
+        if sp.issparse(value) or type(value).__name__ in ("SparseMatrix", "BCOO", "BCSR") \
+                or getattr(value, "ndim", None) != 2 or not jnp.issubdtype(value.dtype, jnp.floating):
+            return None
+    return jnp.matmul(left, right)
+
+
+def _type_of(value: Any):
+    """The language type of an input from its shape and dtype alone (a traced array has no values)."""
+    from sparsad.lang.typecheck import value_type
+    from sparsad.lang.types import BOOL, INT, REAL, Dict, Int
+
+    if sp.issparse(value) or isinstance(value, (bool, int, float, dict)) or not hasattr(value, "dtype"):
+        return value_type(value)
+    kind = np.dtype(value.dtype).kind
+    result = BOOL if kind == "b" else INT if kind in "iu" else REAL
+    for extent in reversed(tuple(value.shape)):
+        result = Dict(Int(extent=int(extent)), result)
+    return result
+
+
+def _dense_size(t) -> int | None:
+    """The number of entries of a real tensor type held densely (None: unknown or not one)."""
+    from sparsad.lang.types import extents, tensor_order
+
+    if tensor_order(t) is None:
+        return None
+    size = 1
+    for extent in extents(t):
+        if extent is None:
+            return None
+        size *= extent
+    return size
+
+
+def _signature_of(inputs: dict[str, Any]) -> tuple | None:
+    """What a stage plan depends on (the inputs' kinds, shapes and dtypes), or None (plan afresh)."""
+    key = []
+    for name in sorted(inputs):
+        value = inputs[name]
+        if isinstance(value, (bool, int, float)):
+            key.append((name, type(value).__name__))
+        elif hasattr(value, "shape") and hasattr(value, "dtype"):
+            key.append((name, type(value).__name__, tuple(value.shape), str(value.dtype)))
+        else:
+            return None
+    return tuple(key)
 
 
 def _transpose_by_parent_vjp(cotangent, args, spec: _Spec) -> list | None:

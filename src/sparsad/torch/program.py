@@ -264,7 +264,7 @@ class TorchProgram:
     """
 
     def __init__(self, prog: Any, wrt: str | Iterable[str] | None = None, out_format: str = "natural",
-                 _output: str = "auto"):
+                 _output: str = "auto", _split: bool = True):
         import sparsad
 
         if out_format not in OUT_FORMATS:
@@ -288,6 +288,9 @@ class TorchProgram:
         from sparsad.bridge import fresh_name
 
         self._seed = fresh_name("sparsad_seed", names)  # the cotangent/tangent input of derivatives
+        # the program as a chain of programs cut at top-level lets worth keeping (sparsad.opt.stages):
+        # each stage an op of its own, so the backward pass reuses the forward's intermediates
+        self._stages = _StageChain.of(self) if _split else None
 
     def __repr__(self) -> str:
         return f"TorchProgram({self.program!r}, wrt={list(self.wrt)}, layout={self.layout.kind!r})"
@@ -306,6 +309,10 @@ class TorchProgram:
 
         if _traced.tracing():  # dynamo: a custom op (its fake kernel gives the shape)
             return self._call_traced(inputs, layout)
+        if self._stages is not None:
+            staged = self._stages(inputs, layout)
+            if staged is not _UNSPLIT:
+                return staged
         self.program._check_inputs(inputs)
         names, kinds, patterns, tensors, constants = [], [], [], [], {}
         for name in sorted(inputs):
@@ -472,7 +479,7 @@ class TorchProgram:
             if expr is not None and _types_as_zero(self.program, expr, kind, name, call.types, seed):
                 expr = None  # e.g. a jvp of a vjp program in an input it reads only linearly
             self._derived[key] = None if expr is None else \
-                TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
+                TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto", _split=False)
         return self._derived[key], seed
 
     def _rebuild(self, call: _Call, tensors) -> dict[str, Any]:
@@ -513,7 +520,8 @@ class TorchProgram:
                 # (ShapeError: blocks of different extents whose axes the program relates to
                 # other inputs' axes, e.g. W (features x out) and C (nodes x out) of one layer)
                 expr = None
-            self._derived[key] = None if expr is None else TorchProgram(sparsad.Program(expr), _output="dense")
+            self._derived[key] = None if expr is None else \
+                TorchProgram(sparsad.Program(expr), _output="dense", _split=False)
         derived = self._derived[key]
         if derived is None:
             return None
@@ -548,7 +556,7 @@ class TorchProgram:
             except (UnsupportedError, ProgramTypeError, ShapeError):  # the jvp programs one by one say why
                 expr = None
             self._derived[key] = None if expr is None else \
-                TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto")
+                TorchProgram(sparsad.Program(expr), _output="dense" if dense else "auto", _split=False)
         derived = self._derived[key]
         if derived is None:
             return None
@@ -587,6 +595,162 @@ class TorchProgram:
         if not reads or reads - set(inputs):
             return torch.zeros(out_shape, dtype=call.dtype)
         return derived._call(inputs, layout).to(call.dtype)
+
+
+_UNSPLIT = object()  # a _StageChain's answer when the call runs as one program
+
+
+class _StageChain:
+    """A TorchProgram's program as a chain of stage programs (`sparsad.opt.stages`), each a
+    TorchProgram of its own: torch's autograd keeps each stage's inputs (the intermediates) for
+    its backward, so no derivative program recomputes an earlier stage. Which lets are cut
+    depends on the inputs' types (an intermediate the bridge cannot pass along stays inside):
+    one plan per input signature."""
+
+    def __init__(self, owner: TorchProgram, candidates: int):
+        self.owner = owner
+        self.candidates = candidates
+        self._plans: dict[tuple, Any] = {}
+        self._programs: dict[Any, TorchProgram] = {}  # stage expression -> its program (shared by plans)
+
+    @staticmethod
+    def of(owner: TorchProgram) -> "_StageChain | None":
+        """A chain when the program has a let worth cutting for some inputs, else None."""
+        from sparsad.opt.stages import split_stages
+
+        stages = split_stages(owner.program.expr)
+        return _StageChain(owner, len(stages) - 1) if len(stages) > 1 else None
+
+    def __call__(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
+        from sparsad.torch import _traced
+
+        key = _signature_of(inputs)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            if any(isinstance(v, torch.Tensor) and _traced.is_fake(v) for v in inputs.values()) \
+                    or any(isinstance(v, SparseMatrix) and _traced.is_fake(v.values) for v in inputs.values()):
+                return _UNSPLIT  # meta/fake tensors: the one program's custom op gives the shape
+            plan = self._plan(inputs)
+            if key is not None:
+                self._plans[key] = plan
+        if not plan:
+            return _UNSPLIT
+        self.owner.program._check_inputs(inputs)
+        if torch.is_grad_enabled():
+            for name, value in inputs.items():
+                tensor = value.values if isinstance(value, SparseMatrix) else value
+                if name not in self.owner.wrt and isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                    raise InputError(f"input {name!r} requires grad but is not in wrt={list(self.owner.wrt)}; add "
+                                     f"it to wrt or pass {name}.detach()")
+        env = dict(inputs)
+        for program, name, stage_layout, product in plan:
+            value = _matmul(env, product) if product is not None and (name is not None or
+                                                                       layout.kind != "pattern") else None
+            if value is None:
+                value = program._call({n: env[n] for n in program.program.inputs},
+                                      stage_layout if name is not None else layout)
+            if name is None:
+                return value
+            env[name] = value
+
+    def _plan(self, inputs: Mapping[str, Any]) -> list:
+        """[(stage program, result name, layout)] for inputs like these; [] when no let is cut."""
+        from sparsad.lang.typecheck import infer, value_type
+        from sparsad.lang.types import Dict, Real, extents, tensor_order
+        from sparsad.opt.stages import matrix_product, split_stages
+
+        types = {}
+        for name, value in inputs.items():
+            if isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.is_floating_point():
+                value = value.detach().cpu().numpy()
+            types[name] = value_type(value)
+        try:
+            result = infer(self.owner.program.expr, types)
+        except Exception:  # noqa: BLE001 - the one program reports the user's error
+            return []
+        # intermediates held densely may be as large as the program's own arrays, no larger
+        budget = max([_dense_size(t) or 0 for t in types.values()] + [_dense_size(result) or 0, 1])
+        layouts: dict[str, _Layout] = {}
+
+        def keep(name: str, value) -> bool:
+            try:
+                t = infer(value, types)
+            except Exception:  # noqa: BLE001 - not typeable on its own: stays inside
+                return False
+            order = tensor_order(t)
+            if order is None:
+                return False
+            if order == 0:
+                layouts[name] = _Layout("natural")
+            elif order == 2:
+                layouts[name] = _Layout("natural")  # a SparseMatrix when sparse, a tensor when dense
+            else:
+                size = _dense_size(t)
+                if size is None or size > budget:
+                    return False
+                layouts[name] = _Layout("dense", tuple(extents(t)))
+            types[name] = t
+            return True
+
+        stages = split_stages(self.owner.program.expr, keep)
+        if len(stages) == 1:
+            return []
+        plan = []
+        for stage in stages:
+            program = self._programs.get(stage.expr)
+            if program is None:
+                wrt = tuple(n for n in stage.inputs if n in self.owner.wrt or n in layouts)
+                out_format = "natural" if stage.name is not None else self.owner.layout.kind
+                program = self._programs[stage.expr] = TorchProgram(
+                    stage.expr, wrt, out_format=out_format,
+                    _output="dense" if out_format == "dense" else "auto", _split=False)
+            plan.append((program, stage.name, layouts.get(stage.name), matrix_product(stage.expr)))
+        return plan
+
+
+def _matmul(env: Mapping[str, Any], product: tuple[str, str]) -> torch.Tensor | None:
+    """L @ R by torch.matmul when the stage is exactly that product of two dense float matrices
+    of one dtype (a GEMM, without the bridge's conversions; torch's derivative of a product is
+    exact and serves every torch.func transform), else None (the stage program runs)."""
+    left, right = env[product[0]], env[product[1]]
+    for value in (left, right):
+        if not (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.ndim == 2
+                and value.dtype in (torch.float32, torch.float64)):
+            return None
+    return torch.matmul(left, right) if left.dtype == right.dtype else None
+
+
+def _dense_size(t) -> int | None:
+    """The number of entries of a real tensor type held densely (None: unknown or not one)."""
+    from sparsad.lang.types import extents, tensor_order
+
+    if tensor_order(t) is None:
+        return None
+    size = 1
+    for extent in extents(t):
+        if extent is None:
+            return None
+        size *= extent
+    return size
+
+
+def _signature_of(inputs: Mapping[str, Any]) -> tuple | None:
+    """What a stage plan depends on (the inputs' kinds and shapes), or None when that is more
+    (a dict or StoredTensor constant: plan afresh)."""
+    key = []
+    for name in sorted(inputs):
+        value = inputs[name]
+        if isinstance(value, SparseMatrix):
+            key.append((name, "sparse", value.shape))
+        elif isinstance(value, torch.Tensor):
+            key.append((name, value.layout, value.is_floating_point(), tuple(value.shape)))
+        elif isinstance(value, (bool, int, float)):
+            key.append((name, type(value).__name__))
+        elif isinstance(value, np.ndarray) or sp.issparse(value):
+            key.append((name, type(value).__name__, value.shape, value.dtype.kind))
+        else:
+            return None
+    return tuple(key)
 
 
 class _TracedSpec:
