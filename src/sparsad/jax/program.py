@@ -14,6 +14,11 @@ compiled derivative code, as far as sparsad can differentiate each derivative pr
 makes one call of the batched program (a sum over the batch, `sparsad.jax.batching`), or,
 where that does not apply (a mapped sparse input), maps the primitive with `lax.map`.
 
+A program with top-level lets worth materialising (`sparsad.opt.stages`) is a chain of such
+calls, one per stage (an intermediate no larger than the program's own arrays): JAX keeps each
+stage's result for the backward pass, so no derivative program computes it again; a stage that
+is exactly a product of two dense matrices is `jnp.matmul`.
+
 Results are dense arrays of the shape the types give; a derivative w.r.t. a sparse input is
 the values on its pattern (masked convention).
 

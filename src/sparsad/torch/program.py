@@ -5,6 +5,11 @@ runs the program's vjp program and the forward-mode rule its jvp program, each i
 such an op, so gradients of gradients, `torch.func` transforms and forward-over-reverse work as
 far as sparsad can differentiate the derivative programs.
 
+A program with top-level lets worth materialising (`sparsad.opt.stages`) runs as a chain of
+such ops, one per stage, so autograd keeps the intermediates and no derivative program computes
+them again; a stage that is exactly a product of two dense matrices is `torch.matmul`. (Under
+torch.compile and on fake tensors the program is one custom op.)
+
 Inputs: dense tensors, 0-d tensors (scalars), `SparseMatrix` and torch sparse COO/CSR tensors
 (gradients to their stored values: the masked convention), plus constant Python numbers, NumPy
 arrays and scipy.sparse matrices. Outputs: a tensor, a 0-d tensor, or a `SparseMatrix`.
