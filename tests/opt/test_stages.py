@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sparsad
 from sparsad.lang.parse import parse
@@ -65,3 +67,47 @@ def test_chained_stages_compute_the_program(name):
 
 def _dense(value):
     return value.toarray() if sp.issparse(value) else np.asarray(value, dtype=float)
+
+
+# -- generated let-chains: the chained stages compute what the program computes ----------------
+BLOCKS = {  # dense n x m values from earlier names P, Q (n x m) and s (a scalar)
+    "times W": "sum(<k, r> in {P}) {{ k -> sum(<f, x> in r) sum(<c, w> in W(f)) {{ c -> x * w }} }}",
+    "aggregate": "sum(<i, r> in A) {{ i -> sum(<k, a> in r) sum(<c, v> in {P}(k)) {{ c -> a * v }} }}",
+    "product": "sum(<k, r> in {P}) {{ k -> sum(<c, v> in r) {{ c -> v * {Q}(k)(c) }} }}",
+    "scaled": "sum(<k, r> in {P}) {{ k -> sum(<c, v> in r) {{ c -> v * {s} }} }}",
+}
+
+
+@st.composite
+def let_chains(draw):
+    dense, scalars, lets = ["X"], ["t"], []
+    for index in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()) and index:
+            name, value = f"s{index}", "sum(<k, r> in {P}) sum(<c, v> in r) v * {Q}(k)(c)"
+            scalars.append(name)
+        else:
+            name, value = f"H{index}", BLOCKS[draw(st.sampled_from(sorted(BLOCKS)))]
+            dense.append(name)
+        pick = st.sampled_from(dense[:-1] if name.startswith("H") else dense)
+        lets.append((name, value.format(P=draw(pick), Q=draw(pick), s=draw(st.sampled_from(scalars)))))
+    last = draw(st.sampled_from(dense))
+    body = f"sum(<k, r> in {last}) sum(<c, v> in r) v * {draw(st.sampled_from(dense))}(k)(c) * {scalars[-1]}"
+    return "".join(f"let {n} = {v} in " for n, v in lets) + body
+
+
+@settings(max_examples=25, deadline=None)
+@given(let_chains())
+def test_generated_let_chains_split_into_stages_that_compute_the_program(text):
+    rng = np.random.default_rng(0)
+    A = (sp.random(6, 6, density=0.4, format="csr", random_state=0) + sp.eye(6, format="csr")).tocsr()
+    inputs = dict(A=A, X=rng.standard_normal((6, 3)), W=rng.standard_normal((3, 3)), t=0.5)
+    program = sparsad.program(text)
+    want = program(**{n: inputs[n] for n in program.inputs})
+    env = dict(inputs)
+    stages = split_stages(program.expr)
+    assert split_stages(program.expr) == stages
+    for stage in stages:
+        result = sparsad.program(stage.expr)(**{n: env[n] for n in stage.inputs})
+        if stage.name is not None:
+            env[stage.name] = result
+    np.testing.assert_allclose(_dense(result), _dense(want), rtol=1e-10, atol=1e-10)
