@@ -158,6 +158,10 @@ def test_torch_compile_fullgraph_matches_dense():
     want.backward()
     torch.testing.assert_close(loss, want, **TOL)
     torch.testing.assert_close(Wl.grad, Wd.grad, **TOL)
+    W2 = 2.0 * W.detach()  # a second call: the graph, guarded, with new values
+    torch.testing.assert_close(compiled(W2), (reference(A.to_dense(), X.detach(), W2) ** 2).sum(), **TOL)
+    traced = [plan for key, plan in layer._stages._plans.items() if key[0] == "traced"]
+    assert traced and [entry[1] for entry in traced[0][:-1]] == ["XW", "B"]  # stages as custom ops
 
 
 def test_a_let_inside_a_loop_is_not_cut_and_an_input_outside_wrt_is_refused():

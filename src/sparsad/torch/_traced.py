@@ -162,10 +162,16 @@ class Static:
         """The static part of a compile_program call (self.obj a TorchProgram)."""
         return self.obj._traced_spec(*args)
 
+    def stage_plan(self, signature: tuple) -> "Static":
+        """(self.obj a compile_program's stage chain) its plan for inputs of these kinds and
+        shapes: [(stage program, result name, layout, matmul operands)], [] for one program."""
+        return Static.of(self.obj._traced_plan(signature))
+
 
 #: what dynamo may read of a Static: each is run on the real object at trace time
 _TRACE_TIME_MEMBERS = ("obj", "shape", "nnz", "key", "terms", "roles_into", "transposed", "union", "product",
-                       "identity", "diagonal", "select", "lu_handle", "pattern", "krylov_config", "traced_spec")
+                       "identity", "diagonal", "select", "lu_handle", "pattern", "krylov_config", "traced_spec",
+                       "stage_plan")
 register_opaque_type(Static, typ="value", members={name: MemberType.USE_REAL for name in _TRACE_TIME_MEMBERS})
 
 

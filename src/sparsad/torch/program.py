@@ -313,6 +313,10 @@ class TorchProgram:
         from sparsad.torch import _traced
 
         if _traced.tracing():  # dynamo: a custom op (its fake kernel gives the shape)
+            if self._stages is not None:
+                staged = self._stages.traced(inputs, layout)
+                if staged is not _UNSPLIT:
+                    return staged
             return self._call_traced(inputs, layout)
         if self._stages is not None:
             staged = self._stages(inputs, layout)
@@ -658,17 +662,74 @@ class _StageChain:
                 return value
             env[name] = value
 
+    def traced(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
+        """The chain while dynamo traces: the plan is made at trace time (a graph constant, from
+        the inputs' kinds and shapes), each stage a custom op; intermediates are dense tensors
+        (a sparse result's pattern depends on data, which fake tensors do not have)."""
+        from sparsad.torch import _traced
+
+        signature = []
+        for name in sorted(inputs):
+            value = inputs[name]
+            if isinstance(value, SparseMatrix):
+                signature.append((name, "sparse", tuple(value.shape)))
+            elif isinstance(value, torch.Tensor) and value.layout == torch.strided and value.is_floating_point():
+                signature.append((name, "dense", tuple(int(d) for d in value.shape)))
+            elif isinstance(value, (bool, int, float)):
+                signature.append((name, type(value).__name__, value))
+            else:
+                return _UNSPLIT
+        signature = tuple(signature)
+        _traced.static_of(self).stage_plan(signature)  # made at trace time; read below from self,
+        plan = self._plans[("traced", signature)]  # where dynamo finds the stage programs
+        if not plan:
+            return _UNSPLIT
+        env = dict(inputs)
+        for program, name, stage_layout, product in plan:
+            value = _matmul(env, product) if product is not None else None
+            if value is None:
+                value = program._call({n: env[n] for n in program.program.inputs},
+                                      stage_layout if name is not None else layout)
+            if name is None:
+                return value
+            env[name] = value
+        return _UNSPLIT
+
+    def _traced_plan(self, signature: tuple) -> list:
+        """`_plan` for traced inputs described by `signature` (run at trace time)."""
+        from sparsad.lang.typecheck import value_type
+        from sparsad.lang.types import REAL, Dict, Int
+
+        key = ("traced", signature)
+        if key not in self._plans:
+            types = {}
+            for name, kind, shape in signature:
+                if kind in ("sparse", "dense"):
+                    t = REAL
+                    for extent in reversed(shape):
+                        t = Dict(Int(extent=int(extent)), t)
+                    types[name] = t
+                else:
+                    types[name] = value_type(shape)
+            self._plans[key] = self._plan_types(types, traced=True)
+        return self._plans[key]
+
     def _plan(self, inputs: Mapping[str, Any]) -> list:
         """[(stage program, result name, layout)] for inputs like these; [] when no let is cut."""
-        from sparsad.lang.typecheck import infer, value_type
-        from sparsad.lang.types import Dict, Real, extents, tensor_order
-        from sparsad.opt.stages import matrix_product, split_stages
+        from sparsad.lang.typecheck import value_type
 
         types = {}
         for name, value in inputs.items():
             if isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.is_floating_point():
                 value = value.detach().cpu().numpy()
             types[name] = value_type(value)
+        return self._plan_types(types, traced=False)
+
+    def _plan_types(self, types: dict, traced: bool) -> list:
+        from sparsad.lang.typecheck import infer
+        from sparsad.lang.types import extents, tensor_order
+        from sparsad.opt.stages import matrix_product, split_stages
+
         try:
             result = infer(self.owner.program.expr, types)
         except Exception:  # noqa: BLE001 - the one program reports the user's error
@@ -687,7 +748,7 @@ class _StageChain:
                 return False
             if order == 0:
                 layouts[name] = _Layout("natural")
-            elif order == 2:
+            elif order == 2 and not traced:
                 layouts[name] = _Layout("natural")  # a SparseMatrix when sparse, a tensor when dense
             else:
                 size = _dense_size(t)
