@@ -8,7 +8,8 @@ far as sparsad can differentiate the derivative programs.
 A program with top-level lets worth materialising (`sparsad.opt.stages`) runs as a chain of
 such ops, one per stage, so autograd keeps the intermediates and no derivative program computes
 them again; a stage that is exactly a product of two dense matrices is `torch.matmul`. (Under
-torch.compile and on fake tensors the program is one custom op.)
+torch.compile each stage is a custom op, intermediates dense; on fake tensors outside it, the
+program is one custom op.)
 
 Inputs: dense tensors, 0-d tensors (scalars), `SparseMatrix` and torch sparse COO/CSR tensors
 (gradients to their stored values: the masked convention), plus constant Python numbers, NumPy
