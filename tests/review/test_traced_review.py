@@ -1,0 +1,43 @@
+"""Review of sparsad.torch._traced (the custom ops torch.compile sees): forward-mode derivatives
+through a compiled function. A graph compiled on plain tensors is reused by dynamo for dual
+tensors (no recompile), and a custom op has no forward-mode rule: torch then returns the op's
+output without a tangent, a silent zero. The sparse part of the tangent went missing (the
+trace-time refusal only fires when the first call is already dual)."""
+from __future__ import annotations
+
+import pytest
+import scipy.sparse as sp
+import torch
+import torch.autograd.forward_ad as fwAD
+
+import sparsad.torch as st
+from sparsad.errors import UnsupportedError
+
+f64 = torch.float64
+
+
+def _matrix(n=6, seed=1):
+    return st.SparseMatrix.from_scipy((sp.random(n, n, density=0.4, random_state=seed, format="csr")
+                                       + sp.eye(n)).tocsr(), dtype=f64)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_dual_tensors_through_a_graph_compiled_on_plain_tensors_never_lose_the_sparse_tangent(backend):
+    torch._dynamo.reset()
+    A = _matrix()
+    x, t = torch.randn(6, dtype=f64), torch.randn(6, dtype=f64)
+
+    def f(x):
+        return st.spmv(A, x) + x  # tangent A t + t
+
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    torch.testing.assert_close(compiled(x), f(x))  # compiled for plain tensors
+    want = A.to_dense() @ t + t
+    with fwAD.dual_level():
+        eager = fwAD.unpack_dual(f(fwAD.make_dual(x, t))).tangent
+        torch.testing.assert_close(eager, want)  # eager ops: right
+        try:
+            got = fwAD.unpack_dual(compiled(fwAD.make_dual(x, t))).tangent
+        except UnsupportedError:
+            return  # refused: fine
+    torch.testing.assert_close(got, want)  # it was t alone (A t dropped silently)
