@@ -41,3 +41,29 @@ def test_dual_tensors_through_a_graph_compiled_on_plain_tensors_never_lose_the_s
         except UnsupportedError:
             return  # refused: fine
     torch.testing.assert_close(got, want)  # it was t alone (A t dropped silently)
+
+
+def _cases():
+    M = sp.random(6, 6, density=0.4, random_state=1, format="csr") + 4 * sp.eye(6)
+    A = st.SparseMatrix.from_scipy((M + M.T).tocsr())
+    scaled = st.compile_program("sum(<i, a> in x) a * a * s")
+    window = st.compile_program("sum(<i, _> in (0:n)) { i -> x(i) * x(i) }", out_format="dense")
+    return {"compile_program float": lambda x, s: scaled(x=x, s=s),
+            "compile_program int": lambda x, s: window(x=x, n=int(s) + 1),
+            "cg rtol": lambda x, s: st.cg(A, x, rtol=s * 1e-10),
+            "cg maxiter": lambda x, s: st.cg(A, x, maxiter=int(s) * 50),
+            "tril k": lambda x, s: st.spmv(st.tril(A, int(s) - 2), x),
+            "eye k": lambda x, s: st.spmv(st.eye(6, k=int(s) - 2), x),
+            "identity n": lambda x, s: st.identity(int(s) + 2).to_dense().sum() * x}
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_a_python_number_argument_that_changes_between_calls_recompiles(name):
+    """Dynamo makes a number argument that changed symbolic (automatic dynamic); the ops passed it to
+    a graph constant's member, which dynamo refused with InternalTorchDynamoError on the second call."""
+    torch._dynamo.reset()
+    f = _cases()[name]
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
+    x = torch.randn(6, dtype=f64)
+    for s in (1.0, 2.0, 3.0, 2.0):
+        torch.testing.assert_close(compiled(x, s), f(x, s), rtol=1e-10, atol=1e-10)

@@ -192,7 +192,7 @@ PATTERNS = Static(_Patterns())
 
 
 def identity_pattern(n: int) -> Static:
-    return PATTERNS.identity(n)
+    return PATTERNS.identity(concrete(n))
 
 
 def is_fake(*tensors: Any) -> bool:
@@ -203,6 +203,18 @@ def is_fake(*tensors: Any) -> bool:
 def tracing() -> bool:
     """While dynamo traces (torch.compile, torch.export): the custom-op path."""
     return torch.compiler.is_compiling()
+
+
+def concrete(value: Any) -> Any:
+    """A Python number (or None) as the constant a Static member needs while dynamo traces: a number
+    argument that changed between calls is symbolic there (automatic dynamic shapes), and dynamo
+    refuses a symbolic argument of a member with an internal error. The value is specialised
+    instead (guarded: a new value recompiles)."""
+    if tracing() and isinstance(value, (bool, int, float, torch.SymBool, torch.SymInt, torch.SymFloat)):
+        from torch.fx.experimental.symbolic_shapes import guard_scalar
+
+        return guard_scalar(value)
+    return value
 
 
 @torch._dynamo.assume_constant_result
