@@ -67,3 +67,24 @@ def test_a_python_number_argument_that_changes_between_calls_recompiles(name):
     x = torch.randn(6, dtype=f64)
     for s in (1.0, 2.0, 3.0, 2.0):
         torch.testing.assert_close(compiled(x, s), f(x, s), rtol=1e-10, atol=1e-10)
+
+
+def test_a_matrix_returned_by_a_compiled_function_pickles_for_another_process(monkeypatch):
+    """The result's pattern was the graph constant (`Static`), pickled as a key of this process:
+    torch.save / pickle of the result loaded elsewhere raised "a compiled graph of another process"."""
+    import io
+    import pickle
+
+    from sparsad.torch import _traced
+
+    torch._dynamo.reset()
+    A = _matrix()
+    S = torch.compile(lambda A: st.add(A, A.T), fullgraph=True, backend="eager")(A)
+    want = A.to_dense() + A.to_dense().T
+    blob, buffer = pickle.dumps(S), io.BytesIO()
+    torch.save(S, buffer)
+    monkeypatch.setattr(_traced, "_SESSION", "another process")
+    buffer.seek(0)
+    for loaded in (pickle.loads(blob), torch.load(buffer, weights_only=False)):
+        assert not isinstance(loaded._pattern, _traced.Static)
+        torch.testing.assert_close(loaded.to_dense(), want)
