@@ -198,7 +198,7 @@ PATTERNS = Static(_Patterns())
 
 
 def identity_pattern(n: int) -> Static:
-    return PATTERNS.identity(n)
+    return PATTERNS.identity(concrete(n))
 
 
 def is_fake(*tensors: Any) -> bool:
@@ -209,6 +209,18 @@ def is_fake(*tensors: Any) -> bool:
 def tracing() -> bool:
     """While dynamo traces (torch.compile, torch.export): the custom-op path."""
     return torch.compiler.is_compiling()
+
+
+def concrete(value: Any) -> Any:
+    """A Python number (or None) as the constant a Static member needs while dynamo traces: a number
+    argument that changed between calls is symbolic there (automatic dynamic shapes), and dynamo
+    refuses a symbolic argument of a member with an internal error. The value is specialised
+    instead (guarded: a new value recompiles)."""
+    if tracing() and isinstance(value, (bool, int, float, torch.SymBool, torch.SymInt, torch.SymFloat)):
+        from torch.fx.experimental.symbolic_shapes import guard_scalar
+
+        return guard_scalar(value)
+    return value
 
 
 @torch._dynamo.assume_constant_result
@@ -241,6 +253,18 @@ def refuse_transforms(op: str) -> None:
             "loss.backward() / torch.autograd.grad on the compiled function")
 
 
+def refuse_dual_level(op: str) -> None:
+    """The same refusal at run time, in each op's kernel: dynamo reuses a graph compiled on plain
+    tensors for dual tensors (no recompile, so the trace-time check never runs) and the op's
+    output would carry no tangent (a silent zero). Inside a dual level the custom ops refuse."""
+    import torch.autograd.forward_ad as forward_ad
+
+    if getattr(forward_ad, "_current_level", -1) >= 0:
+        raise UnsupportedError(
+            f"forward-mode derivatives (dual tensors) through sparsad's {op} are not supported inside "
+            "torch.compile; call the function uncompiled under forward mode (the eager ops support it)")
+
+
 # -- index arrays of patterns (gathers and scatters then run as torch ops in the graph) ----------
 def _index_array(obj: Any, key: str) -> np.ndarray:
     if isinstance(obj, dict):  # positions held by name, e.g. an add's maps "a", "b" (NumPy: no tensor op
@@ -269,6 +293,7 @@ def index(holder: Static, key: str, device: torch.device) -> torch.Tensor:
 # -- the bilinear contraction of sparsad.ops.contract (SpMV, SpMM and their adjoints) -----------
 @torch.library.custom_op("sparsad::contract", mutates_args=())
 def _contract_op(terms: Static, out: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    refuse_dual_level("sparse products")
     from sparsad.torch._autograd import _evaluate
 
     return _evaluate(terms.obj, out, u, v)
@@ -321,6 +346,7 @@ def _role_size(product, role: int) -> int:
 
 @torch.library.custom_op("sparsad::gustavson", mutates_args=())
 def _gustavson_op(product: Static, role: int, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    refuse_dual_level("spgemm")
     from sparsad.torch.products import _evaluate
 
     return _evaluate(product.obj, role, u, v)
@@ -360,6 +386,7 @@ def gustavson(product: Static, role: int, u: torch.Tensor, v: torch.Tensor) -> t
 # -- compile_program ------------------------------------------------------------------------------
 @torch.library.custom_op("sparsad::program", mutates_args=())
 def _program_op(spec: Static, tensors: list[torch.Tensor]) -> torch.Tensor:
+    refuse_dual_level("compile_program")
     call = spec.obj.call(tensors)
     return call.owner._run_forward(call, tensors)
 
@@ -374,6 +401,7 @@ def _(spec, tensors):
 @torch.library.custom_op("sparsad::program_vjp", mutates_args=())
 def _program_vjp_op(spec: Static, needed: list[int], grad: torch.Tensor,
                     tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    refuse_dual_level("compile_program")
     call = spec.obj.call(tensors)
     call.owner._prepare_types(call, tensors)
     grads = call.owner._vjps(call, None, list(needed), tensors, grad)
@@ -439,6 +467,7 @@ def _masked_outer(pattern: Static, left: torch.Tensor, right: torch.Tensor) -> t
 
 @torch.library.custom_op("sparsad::trisolve", mutates_args=())
 def _trisolve_op(pattern: Static, lower: bool, unit: bool, values: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    refuse_dual_level("triangular_solve")
     from sparsad.ops import solve as _solve
     from sparsad.torch.solve import _numpy, _tri_forward
 
@@ -480,6 +509,7 @@ def trisolve(pattern: Static, lower: bool, unit: bool, values: torch.Tensor, b: 
 
 @torch.library.custom_op("sparsad::lu_solve", mutates_args=())
 def _lu_solve_op(handle: Static, transposed: bool, values: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    refuse_dual_level("spsolve")
     from sparsad.torch.solve import _numpy
 
     return torch.from_numpy(handle.obj.current(values).solve(_numpy(b), transpose=transposed))
@@ -539,6 +569,7 @@ class KrylovConfig:
 @torch.library.custom_op("sparsad::krylov", mutates_args=())
 def _krylov_op(config: Static, transposed: bool, values: torch.Tensor, b: torch.Tensor,
                x0: torch.Tensor | None) -> torch.Tensor:
+    refuse_dual_level("Krylov solves")
     from sparsad.torch.krylov import _run, _Spec
     from sparsad.torch.matrix import SparseMatrix
 

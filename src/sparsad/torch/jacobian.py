@@ -457,6 +457,8 @@ def _check_x(x: Any) -> torch.Tensor:
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else ''}")
     if not x.is_floating_point():
         raise InputError(f"x must be a floating-point tensor, got {x.dtype}")
+    if x.is_meta:  # (f runs at x: a meta tensor has no values to colour or check with)
+        raise InputError("x is a meta tensor; the Jacobian is computed from f's values at x: pass a real tensor")
     return x  # not detached: the derivative matrix stays differentiable in x (second order)
 
 

@@ -474,7 +474,7 @@ def _traced_solve(method: str, A: SparseMatrix, b, x0, rtol: float, atol: float,
         raise UnsupportedError(f"{method}: under torch.compile (or on meta/fake tensors) M must be None, 'jacobi', "
                                "'ilu' or 'amg'")
     pattern = _traced.as_static(A.pattern) if _traced.tracing() else _traced.Static.of(A.pattern)
-    config = pattern.krylov_config(method, rtol, atol, maxiter, M, restart)
+    config = pattern.krylov_config(method, *map(_traced.concrete, (rtol, atol, maxiter)), M, _traced.concrete(restart))
     return _traced.krylov(config, A.values, b, x0)
 
 

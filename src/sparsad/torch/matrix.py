@@ -91,6 +91,12 @@ class SparseMatrix:
             return pattern.obj
         return pattern
 
+    def __getstate__(self) -> tuple:  # (the pattern itself, not a graph constant of this process)
+        return self.pattern, self.values
+
+    def __setstate__(self, state: tuple) -> None:
+        self._pattern, self.values = state
+
     # -- constructors --------------------------------------------------------------------------
     @classmethod
     def from_scipy(cls, matrix: Any, *, dtype: torch.dtype | None = None, device: Any = None,

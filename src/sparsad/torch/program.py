@@ -376,7 +376,7 @@ class TorchProgram:
                 names.append(name), kinds.append("scalar" if value.ndim == 0 else "dense"), patterns.append(None)
                 tensors.append(value)
             elif isinstance(value, (bool, int, float)):
-                constants.append((name, value))
+                constants.append((name, _traced.concrete(value)))  # (specialised: a new value recompiles)
             else:
                 raise UnsupportedError(
                     f"input {name!r} is a {type(value).__name__}: under torch.compile (or on meta/fake tensors) "

@@ -54,7 +54,7 @@ def eye(n: int, m: int | None = None, k: int = 0, *, dtype: torch.dtype = torch.
     if n < 0 or m < 0:
         raise ShapeError(f"eye needs non-negative sizes, got n={n}, m={m}")
     if _traced.tracing():  # under torch.compile: a graph constant
-        pattern = _traced.PATTERNS.diagonal(n, m, k)
+        pattern = _traced.PATTERNS.diagonal(*map(_traced.concrete, (n, m, k)))
         return SparseMatrix._wrap(pattern, torch.ones(pattern.nnz, dtype=dtype, device=device))
     pattern, rows = _diagonal_pattern(int(n), int(m), int(k))
     return SparseMatrix._wrap(pattern, torch.ones(rows.shape[0], dtype=dtype, device=device))
@@ -76,7 +76,7 @@ def diag(x: torch.Tensor, k: int = 0) -> SparseMatrix:
         raise InputError(f"x must be float32 or float64, got {x.dtype}")
     n = x.shape[0] + builtins.abs(int(k))  # the module defines its own abs
     if _traced.tracing():  # under torch.compile: a graph constant
-        return SparseMatrix._wrap(_traced.PATTERNS.diagonal(n, n, k), x)
+        return SparseMatrix._wrap(_traced.PATTERNS.diagonal(*map(_traced.concrete, (n, n, k))), x)
     pattern, _ = _diagonal_pattern(n, n, int(k))
     return SparseMatrix._wrap(pattern, x)
 
@@ -98,7 +98,7 @@ def _select(A: SparseMatrix, keep: np.ndarray) -> SparseMatrix:
 
 def _triangle(A: SparseMatrix, upper: bool, k: Any) -> SparseMatrix:
     if _traced.tracing():  # under torch.compile: the pattern at trace time, a gather in the graph
-        sub, positions = _traced.as_static(A.pattern).select(upper, int(k))
+        sub, positions = _traced.as_static(A.pattern).select(upper, _traced.concrete(int(k)))
         return SparseMatrix._wrap(sub, A.values[_traced.index(positions, "positions", A.device)])
     offsets = A.pattern.indices - A.pattern.rows
     return _select(A, offsets >= int(k) if upper else offsets <= int(k))

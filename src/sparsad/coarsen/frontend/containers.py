@@ -435,6 +435,7 @@ class ContainersMixin:
             if isinstance(value, (ssa.Input,)):
                 return "is an argument"
             if (isinstance(value, (ssa.View, ssa.Index)) or getattr(value, "is_view", False)
+                    or (isinstance(value, ssa.Layout) and value.kind == "reshape")  # (a torch view too)
                     or self.const_views.get(id(value), (None,))[0] is value):
                 return "is a view of another tensor"
             if id(value) in self.narrow:

@@ -132,7 +132,9 @@ class LayoutsMixin:
         if shape == value.shape:
             return value
         if isinstance(value, ssa.Const):  # uniform: any arrangement of it is the same constant
-            return ssa.Const(shape, value.value)
+            part = ssa.Const(shape, value.value)
+            self.const_views[id(part)] = (part, value)  # (a view all the same: writes reach its base)
+            return part
         return ssa.Layout(shape, value, "reshape")
 
     def padded(self, value: ssa.Node, widths, fill: float, node) -> ssa.Node:

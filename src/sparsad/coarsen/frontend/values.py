@@ -302,8 +302,8 @@ def _aliased(value, name: str, env: dict, const_views: dict | None = None) -> bo
 
     def views(v) -> bool:
         while True:
-            if isinstance(v, (ssa.View, ssa.Index)):
-                v = v.base
+            if isinstance(v, (ssa.View, ssa.Index)) or (isinstance(v, ssa.Layout) and v.kind == "reshape"):
+                v = v.base  # (torch's reshape/view/flatten/squeeze/unsqueeze are views too)
                 continue
             entry = const_views.get(id(v))
             if entry is None or entry[0] is not v:
