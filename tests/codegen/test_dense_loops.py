@@ -112,3 +112,24 @@ def test_affine_base_and_reads():
     assert affine_base(Op("-", i, k), "k") is None
     assert affine_base(Load("idx", k), "k") is None
     assert reads(Op("*", Load("x", Op("+", i, k)), Ref("c"))) == {"x", "i", "k", "c"}
+
+
+SPMM = "sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } }"
+
+
+@pytest.mark.parametrize("per_row", [3, 40])  # rows shorter and longer than W's 16 columns
+def test_a_gather_through_an_assigned_index_keeps_the_contiguous_loop_inside(per_row):
+    """X (sparse) @ W: the short loop over W's columns reads W(f) at f = X's column index, a name
+    assigned in the nest; run outside, the loop over X's entries would read W with a stride of 16
+    at gathered rows, so the nest is not interchanged (the row-by-row order, contiguous in W's row,
+    stays), and the values equal SciPy's on rows of both lengths."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(per_row)
+    X = sp.random(30, 200, density=per_row / 200, random_state=per_row, format="csr")
+    W = rng.standard_normal((200, 16))
+    program = sparsad.compile(SPMM)
+    got = program(X=X, W=W, out_format="dense")
+    assert np.allclose(got, X @ W, rtol=1e-12, atol=1e-12)
+    code = program.show("code")
+    assert "W_cols <" not in code and "< (X_pos" not in code  # no run-time choice of an interchanged order

@@ -118,8 +118,12 @@ class _Rewriter:
             return None
         if not all(_cheap(a.value) for a in assigns):
             return None  # the swapped nest computes them once per inner iteration
-        if not all(_contiguous_or_fixed(index, loop.var) for stmt in (*assigns, *inner.body)
-                   for index in _memory_indices(stmt)):
+        # an index through a name assigned in the nest (j = idx[p]; ... W[j * m + c]) varies
+        # with the loop as that name's value does: judge it with the assignments substituted
+        bound = [s for s in (*assigns, *inner.body) if isinstance(s, Assign)]
+        if not all(index is not None and _contiguous_or_fixed(index, loop.var)
+                   for stmt in (*assigns, *inner.body)
+                   for index in (_through(i, bound) for i in _memory_indices(stmt))):
             return None  # the swapped inner loop would stride through memory
         swapped = For(inner.var, inner.start, inner.end,
                       (For(loop.var, loop.start, loop.end, (*assigns, *inner.body)),))
@@ -235,6 +239,19 @@ def _memory_indices(stmt: Stmt) -> list[tuple[IRExpr, ...]]:
         for key in stmt.keys:
             visit(key)
     return found
+
+
+def _through(index: tuple[IRExpr, ...], assigns: list[Assign]) -> tuple[IRExpr, ...] | None:
+    """The index with the assigned names replaced by their values, latest assignment first
+    (None where an expression cannot be substituted)."""
+    keys = []
+    for key in index:
+        for assign in reversed(assigns):
+            key = substitute(key, assign.name, assign.value) if key is not None else None
+        if key is None:
+            return None
+        keys.append(key)
+    return tuple(keys)
 
 
 def _contiguous_or_fixed(index: tuple[IRExpr, ...], var: str) -> bool:
