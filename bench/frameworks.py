@@ -27,6 +27,16 @@ XLA operations wherever the program allows, without the CPU cost rule of `lower=
 default, sparsad.jax.lower.choice, which keeps the host call for a computation that would need
 more than 32 MiB of temporary memory). Their "time / ours" is what the default gains over each.
 
+The layer "gcn, sparse features" is Kipf & Welling's first GCN layer on each dataset's own
+features, sparse as they are (bag-of-words rows, row-normalised; PubMed's shared copy lacks
+`allx`, so only its 1,060 labelled and test rows have features): A_hat (X W) with X sparse,
+gradient w.r.t. W. Ours is the example's two programs (FEATURES_LAYER: X W, then GCN_LAYER), also
+as one program (GCN_LAYER_ONE_PROGRAM with X sparse) and through sparsad's spmm ops; every
+competitor gets X sparse too (torch.sparse CSR and COO, index_add_ over X's entries then A_hat's,
+X BCOO @ W then A_hat BCOO @ H, segment_sum). "SciPy's four CSR products alone" times the step's sparse
+work with no framework at all (A_hat (X W) and X^T (A_hat^T G), transposes made beforehand): a
+reference for how much of each step is the sparse products themselves (printed after the table).
+
 The rows "X W alone (bound: no aggregation)" time the GCN step without its sparse part (X W and
 its backward, the same GEMMs in every implementation): a competitor's time over that one bounds
 what any aggregation kernel could gain over it (printed after the table; not plotted).
@@ -44,8 +54,8 @@ import scipy.sparse as sp  # noqa: E402
 from bench.common import RESULTS_DIR, print_table, write_csv  # noqa: E402
 
 # the layers are the example's own programs: the bench times exactly what users are shown
-from examples.frameworks_layers import (ATTENTION_LAYER, GCN_LAYER, GCN_LAYER_ONE_PROGRAM,  # noqa: E402
-                                        jax_row_max_scores, torch_row_max_scores)
+from examples.frameworks_layers import (ATTENTION_LAYER, FEATURES_LAYER, GCN_LAYER,  # noqa: E402
+                                        GCN_LAYER_ONE_PROGRAM, jax_row_max_scores, torch_row_max_scores)
 
 ONE_PROGRAM = "gcn, one program"
 #: Kipf & Welling's first GCN layer on the dataset's real (sparse, row-normalised) features:
@@ -57,8 +67,6 @@ SPARSE_X_ONE = "{} compile_program, one program"
 #: kernels, transposes made once, no framework: what the sparse work costs without any bridge,
 #: autograd or conversion (a reference for the competitors' times; not plotted)
 SCIPY_PRODUCTS = "SciPy's four CSR products alone (reference: no framework)"
-#: X W for a sparse X, the sparse-features layer's first program (then GCN_LAYER aggregates)
-SPARSE_FEATURES = "sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } }"
 #: sparsad.jax.compile_program(..., lower=False): the kernels through host callbacks, not XLA operations
 HOST_CALLBACK = "sparsad.jax compile_program, host callbacks"
 #: sparsad.jax.compile_program(..., lower=True): XLA operations wherever possible (no cost rule)
@@ -196,7 +204,7 @@ def torch_sparse_feature_cases(a_hat: sp.csr_matrix, x: sp.csr_matrix, hidden: i
     W = torch.randn(features, hidden, dtype=torch.float64, generator=torch.Generator().manual_seed(1),
                     requires_grad=True)
     A, X = st.SparseMatrix.from_scipy(a_hat), st.SparseMatrix.from_scipy(x)
-    product = st.compile_program(SPARSE_FEATURES, wrt=("W",), out_format="dense")
+    product = st.compile_program(FEATURES_LAYER, wrt=("W",), out_format="dense")
     aggregate = st.compile_program(GCN_LAYER, wrt=("H",), out_format="dense")
     one = st.compile_program(GCN_LAYER_ONE_PROGRAM, wrt=("W",), out_format="dense")
 
@@ -349,10 +357,10 @@ def jax_sparse_feature_cases(a_hat: sp.csr_matrix, x: sp.csr_matrix, hidden: int
     W = jnp.asarray(np.random.default_rng(1).standard_normal((features, hidden)))
     A, X = sj.SparseMatrix.from_scipy(a_hat, dtype=np.float64), sj.SparseMatrix.from_scipy(x, dtype=np.float64)
     a_bcoo, x_bcoo = jsparse.BCOO.from_scipy_sparse(a_hat), jsparse.BCOO.from_scipy_sparse(x)
-    product = sj.compile_program(SPARSE_FEATURES, wrt=("W",))
+    product = sj.compile_program(FEATURES_LAYER, wrt=("W",))
     aggregate = sj.compile_program(GCN_LAYER, wrt=("H",))
     one = sj.compile_program(GCN_LAYER_ONE_PROGRAM, wrt=("W",))
-    product_host = sj.compile_program(SPARSE_FEATURES, wrt=("W",), lower=False)
+    product_host = sj.compile_program(FEATURES_LAYER, wrt=("W",), lower=False)
     aggregate_host = sj.compile_program(GCN_LAYER, wrt=("H",), lower=False)
     a_rows, a_cols, a_vals = (jnp.asarray(v) for v in _coo_arrays(a_hat))
     x_rows, x_cols, x_vals = (jnp.asarray(v) for v in _coo_arrays(x))
