@@ -345,7 +345,7 @@ def jax_cases(a_hat: sp.csr_matrix, features: int, hidden: int) -> dict:
 
 def jax_sparse_feature_cases(a_hat: sp.csr_matrix, x: sp.csr_matrix, hidden: int) -> dict:
     """The first GCN layer on the dataset's sparse features, A_hat (X W), gradient w.r.t. W, in
-    JAX under jit(grad): ours (two programs; one program; host callbacks), sparsad.jax.spmm,
+    JAX under jit(grad): ours (two programs; one program; host callbacks; always lowered), sparsad.jax.spmm,
     jax.experimental.sparse BCOO (X @ W, then A_hat @ H), jraph-style segment_sum and dense."""
     import jax
     import jax.numpy as jnp
@@ -362,6 +362,8 @@ def jax_sparse_feature_cases(a_hat: sp.csr_matrix, x: sp.csr_matrix, hidden: int
     one = sj.compile_program(GCN_LAYER_ONE_PROGRAM, wrt=("W",))
     product_host = sj.compile_program(FEATURES_LAYER, wrt=("W",), lower=False)
     aggregate_host = sj.compile_program(GCN_LAYER, wrt=("H",), lower=False)
+    product_always = sj.compile_program(FEATURES_LAYER, wrt=("W",), lower=True)
+    aggregate_always = sj.compile_program(GCN_LAYER, wrt=("H",), lower=True)
     a_rows, a_cols, a_vals = (jnp.asarray(v) for v in _coo_arrays(a_hat))
     x_rows, x_cols, x_vals = (jnp.asarray(v) for v in _coo_arrays(x))
 
@@ -377,6 +379,7 @@ def jax_sparse_feature_cases(a_hat: sp.csr_matrix, x: sp.csr_matrix, hidden: int
         (SPARSE_X, "sparsad.jax.compile_program"): timed(lambda W: aggregate(A=A, H=product(X=X, W=W))),
         (SPARSE_X, SPARSE_X_ONE.format("sparsad.jax")): timed(lambda W: one(A=A, X=X, W=W)),
         (SPARSE_X, HOST_CALLBACK): timed(lambda W: aggregate_host(A=A, H=product_host(X=X, W=W))),
+        (SPARSE_X, ALWAYS_LOWERED): timed(lambda W: aggregate_always(A=A, H=product_always(X=X, W=W))),
         (SPARSE_X, "sparsad.jax (spmm op)"): timed(lambda W: sj.spmm(A, sj.spmm(X, W))),
         (SPARSE_X, "jax.experimental.sparse BCOO"): timed(lambda W: a_bcoo @ (x_bcoo @ W)),
         (SPARSE_X, "jax segment_sum scatter"): timed(segment),
