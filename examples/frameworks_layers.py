@@ -5,11 +5,15 @@ Model: logits = Attention(A, Q=H Wq, K=H Wk, V=H Wv) with H = relu(A_hat (X W1))
 labels with cross-entropy and Adam. Cora (Planetoid) when the shared data folder has it, else a
 random graph; `small=True` runs a tiny random graph for the tests.
 
-The GCN layer is written as users of torch.sparse (`A @ (X @ W)`) and PyG (a linear layer, then
-message passing) write it: the dense product X W in the framework (its BLAS GEMM and its own
-backward), the sparse aggregation A_hat H as the program. `GCN_LAYER_ONE_PROGRAM` is the whole
-layer as one program; it computes the same values, but the dense contraction then runs in
-compiled loops, and its vjp program recomputes X W (see docs/benchmarks.md for the cost).
+The node features X are sparse, as the datasets' bag-of-words rows are (Cora: 2,708 x 1,433, 1.3 %
+stored), and the first layer is Kipf & Welling's: X W1 is a sparse-times-dense product
+(`FEATURES_LAYER`, a program), then the aggregation A_hat H (`GCN_LAYER`), each compiled once
+with its vjp program. With dense inputs instead (a hidden layer), users of torch.sparse
+(`A @ (X @ W)`) and PyG (a linear layer, then message passing) compute X W in the framework (its
+BLAS GEMM) and only the aggregation as the program. `GCN_LAYER_ONE_PROGRAM` is the whole layer as
+one program; it computes the same values (for sparse or dense X), and `compile_program` cuts it
+at its let (`sparsad.opt.stages`), so the backward pass reuses the forward's X W instead of
+recomputing it (see docs/benchmarks.md for the cost).
 
     python examples/frameworks_layers.py
 """
@@ -22,6 +26,9 @@ import scipy.sparse as sp
 
 #: A_hat H, the GCN aggregation (H = X W computed by the framework): one program, any framework.
 GCN_LAYER = "sum(<i, r> in A) { i -> sum(<k, a> in r) sum(<c, h> in H(k)) { c -> a * h } }"
+
+#: X W for sparse features X (rows of stored words) and dense weights W: the first layer's product.
+FEATURES_LAYER = "sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } }"
 
 #: A_hat (X W) as one program (the benchmark's "one program" row).
 GCN_LAYER_ONE_PROGRAM = """
@@ -40,7 +47,7 @@ sum(<i, r> in A) { i ->
 
 
 def graph(small: bool, seed: int = 0):
-    """(normalised adjacency with self loops, features, labels, classes)."""
+    """(normalised adjacency with self loops, sparse row-normalised features (CSR), labels, classes)."""
     rng = np.random.default_rng(seed)
     data = None
     if not small:
@@ -51,19 +58,24 @@ def graph(small: bool, seed: int = 0):
         except Exception:  # noqa: BLE001 - no shared data: a random graph instead
             data = None
     if data is not None:
-        adjacency, features, labels = data.adjacency, data.features.toarray(), data.labels
+        adjacency, features, labels = data.adjacency, data.features, data.labels
     else:
         n = 12 if small else 500
         adjacency = sp.random(n, n, density=3.0 / n, random_state=seed, format="csr")
         adjacency = ((adjacency + adjacency.T) > 0).astype(np.float64)
-        features = rng.standard_normal((n, 6 if small else 32))
+        features = sp.random(n, 10 if small else 200, density=0.3 if small else 0.05, random_state=rng,
+                             data_rvs=lambda k: rng.uniform(0.5, 1.5, k))
         labels = rng.integers(0, 3, n)
     adjacency = sp.csr_matrix(adjacency + sp.eye(adjacency.shape[0]))
     degree = np.asarray(adjacency.sum(1)).ravel()
     scale = sp.diags(1.0 / np.sqrt(degree))
     a_hat = sp.csr_matrix(scale @ adjacency @ scale)
     a_hat.sort_indices()
-    return a_hat, features.astype(np.float64), np.asarray(labels), int(np.max(labels)) + 1
+    features = sp.csr_matrix(features, dtype=np.float64)
+    sums = np.asarray(features.sum(1)).ravel()  # Kipf & Welling's row normalisation (empty rows stay 0)
+    features = sp.csr_matrix(sp.diags(np.divide(1.0, sums, out=np.zeros_like(sums), where=sums != 0)) @ features)
+    features.sort_indices()
+    return a_hat, features, np.asarray(labels), int(np.max(labels)) + 1
 
 
 def init(features: int, hidden: int, heads: int, classes: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -79,11 +91,12 @@ def torch_model():
 
     import sparsad.torch as st
 
+    features = st.compile_program(FEATURES_LAYER, wrt=("W",), out_format="dense")
     gcn = st.compile_program(GCN_LAYER, wrt=("H",), out_format="dense")
     attention = st.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V"), out_format="dense")
 
-    def forward(A, X, params):
-        hidden = torch.relu(gcn(A=A, H=X @ params["W1"]))
+    def forward(A, X, params):  # A, X: sparsad.torch.SparseMatrix
+        hidden = torch.relu(gcn(A=A, H=features(X=X, W=params["W1"])))
         Q, K, V = hidden @ params["Wq"], hidden @ params["Wk"], hidden @ params["Wv"]
         return attention(A=A, Q=Q, K=K, V=V, M=torch_row_max_scores(A, Q, K))
 
@@ -131,7 +144,7 @@ def torch_row_max_scores(A, Q, K):
 
 
 def torch_dense_model():
-    """The same model on dense tensors (the reference for gradients)."""
+    """The same model on dense tensors, A and X dense (the reference for gradients)."""
     import torch
 
     def forward(A, X, params):
@@ -149,8 +162,8 @@ def train_torch(small: bool = True, epochs: int = 30, lr: float = 0.05) -> dict:
     import sparsad.torch as st
 
     a_hat, features, labels, classes = graph(small)
-    A = st.SparseMatrix.from_scipy(a_hat)
-    X, y = torch.as_tensor(features), torch.as_tensor(labels)
+    A, X = st.SparseMatrix.from_scipy(a_hat), st.SparseMatrix.from_scipy(features)
+    y = torch.as_tensor(labels)
     params = {k: torch.tensor(v, requires_grad=True) for k, v in init(X.shape[1], 16, 8, classes).items()}
     forward = torch_model()
     optimizer = torch.optim.Adam(params.values(), lr=lr)
@@ -170,12 +183,13 @@ def jax_model():
 
     import sparsad.jax as sj
 
+    features = sj.compile_program(FEATURES_LAYER, wrt=("W",))
     gcn = sj.compile_program(GCN_LAYER, wrt=("H",))
     # M is an argument of the traced function: it is differentiable input (its tangent is zero)
     attention = sj.compile_program(ATTENTION_LAYER, wrt=("Q", "K", "V", "M"))
 
-    def forward(A, X, params):
-        hidden = jax.nn.relu(gcn(A=A, H=X @ params["W1"]))
+    def forward(A, X, params):  # A, X: sparsad.jax.SparseMatrix
+        hidden = jax.nn.relu(gcn(A=A, H=features(X=X, W=params["W1"])))
         Q, K, V = hidden @ params["Wq"], hidden @ params["Wk"], hidden @ params["Wv"]
         return attention(A=A, Q=Q, K=K, V=V, M=jax_row_max_scores(A, Q, K))
 
@@ -183,7 +197,7 @@ def jax_model():
 
 
 def jax_dense_model():
-    """The same model on dense arrays (the reference for gradients)."""
+    """The same model on dense arrays, A and X dense (the reference for gradients)."""
     import jax
     import jax.numpy as jnp
 
@@ -213,8 +227,8 @@ def train_jax(small: bool = True, epochs: int = 30, lr: float = 0.05) -> dict:
     import sparsad.jax as sj
 
     a_hat, features, labels, classes = graph(small)
-    A = sj.SparseMatrix.from_scipy(a_hat)
-    X, y = jnp.asarray(features), jnp.asarray(labels)
+    A, X = sj.SparseMatrix.from_scipy(a_hat), sj.SparseMatrix.from_scipy(features)
+    y = jnp.asarray(labels)
     params = {k: jnp.asarray(v) for k, v in init(X.shape[1], 16, 8, classes).items()}
     forward = jax_model()
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sparsad
 import sparsad.errors
-from sparsad.codegen.dense_loops import DOT_MIN_LENGTH, affine_base, reads
+from sparsad.codegen.dense_loops import DOT_MIN_LENGTH, GATHER_SWAP_BELOW, affine_base, reads
 from sparsad.codegen.ir import Load, Num, Op, Ref
 
 CONV = "sum(<i, _> in (0:n)) { i -> sum(<k, w> in f) w * x(i + k) }"
@@ -112,3 +112,24 @@ def test_affine_base_and_reads():
     assert affine_base(Op("-", i, k), "k") is None
     assert affine_base(Load("idx", k), "k") is None
     assert reads(Op("*", Load("x", Op("+", i, k)), Ref("c"))) == {"x", "i", "k", "c"}
+
+
+SPMM = "sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } }"
+
+
+@pytest.mark.parametrize("per_row", [3, 40])  # rows shorter and longer than W's columns
+@pytest.mark.parametrize("width", [2, 16])  # below and above GATHER_SWAP_BELOW
+def test_a_gather_through_an_assigned_index_is_swapped_only_for_a_very_short_loop(per_row, width):
+    """X (sparse) @ W: the short loop over W's columns reads W(f) at f = X's column index, a name
+    assigned in the nest; run outside, the loop over X's entries would gather W with a stride of
+    W's width, so the nest is swapped only when W has fewer than GATHER_SWAP_BELOW columns (a run-
+    time test), and the values equal SciPy's on rows of both lengths and either branch."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(per_row)
+    X = sp.random(30, 200, density=per_row / 200, random_state=per_row, format="csr")
+    W = rng.standard_normal((200, width))
+    program = sparsad.compile(SPMM)
+    got = program(X=X, W=W, out_format="dense")
+    assert np.allclose(got, X @ W, rtol=1e-12, atol=1e-12)
+    assert f"(W_cols < {GATHER_SWAP_BELOW})" in program.show("code")  # the swap's bound on the width

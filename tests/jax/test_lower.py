@@ -326,12 +326,13 @@ def test_example_layers_lowered_under_jit_match_dense_autodiff():
     with jax.enable_x64(True):
         a_hat, features, labels, classes = ex.graph(small=True)
         A, dense = sj.SparseMatrix.from_scipy(a_hat), jnp.asarray(a_hat.toarray())
-        X, y = jnp.asarray(features), jnp.asarray(labels)
+        X, dense_X = sj.SparseMatrix.from_scipy(features), jnp.asarray(features.toarray())  # sparse features
+        y = jnp.asarray(labels)
         params = {k: jnp.asarray(v) for k, v in ex.init(X.shape[1], 16, 8, classes, seed=2).items()}
         forward = ex.jax_model()
 
         dense_model = ex.jax_dense_model()
-        dense_forward = lambda p: dense_model(dense, X, p)  # noqa: E731
+        dense_forward = lambda p: dense_model(dense, dense_X, p)  # noqa: E731
 
         loss = lambda f: (lambda p: optax.softmax_cross_entropy_with_integer_labels(f(p), y).mean())  # noqa: E731
         step = jax.jit(jax.grad(loss(lambda p: forward(A, X, p))))

@@ -1,5 +1,5 @@
 """sparsad.jax.lower.choice: lowered XLA operations or the host call, by XLA's temporary memory
-on the CPU. The rule is exercised with a small limit (monkeypatched), so that programs at test
+and the size of the largest scatter-add on the CPU. The rule is exercised with a small limit (monkeypatched), so that programs at test
 size cross it; values and gradients on either path equal dense JAX autodiff in float64."""
 from __future__ import annotations
 
@@ -83,3 +83,49 @@ def test_the_choice_is_made_once_per_signature(monkeypatch):
 def test_lower_accepts_only_auto_true_or_false():
     with pytest.raises(InputError, match="lower="):
         sj.compile_program(SPMV, lower="always")
+
+
+FEATURES = "sum(<k, xr> in X) { k -> sum(<f, x> in xr) sum(<c, w> in W(f)) { c -> x * w } }"
+
+
+def test_the_largest_scatter_is_measured_in_bytes_of_updates():
+    """A segment sum of n rows of c float64 values scatters n * c * 8 bytes of updates; the
+    largest of several scatters counts, inside sub-jaxprs too."""
+    ids = np.sort(np.random.default_rng(5).integers(0, 40, 300))
+
+    def two_sums(x):
+        small = jax.ops.segment_sum(x[:10], ids[:10], 40)
+        inner = jax.jit(lambda y: jax.ops.segment_sum(y, ids, 40))  # a sub-jaxpr (pjit)
+        return small, inner(x)
+
+    with jax.enable_x64(True):
+        jaxpr = jax.make_jaxpr(two_sums)(jax.ShapeDtypeStruct((300, 7), np.float64)).jaxpr
+    assert choice.largest_scatter_bytes(jaxpr) == 300 * 7 * 8
+    assert choice.largest_scatter_bytes(jax.make_jaxpr(lambda x: x * 2)(jnp.ones(3)).jaxpr) == 0
+
+
+def test_a_scatter_past_the_limit_keeps_the_host_call_on_the_cpu_and_both_paths_are_exact(monkeypatch):
+    """X W with X sparse (a scatter of one row of W's width per stored entry): with the scatter
+    limit below its updates, lower="auto" runs the program and its vjp program as host calls on
+    the CPU (lowered on other platforms); values and gradients equal dense autodiff either way."""
+    rng = np.random.default_rng(6)
+    csr = sp.random(25, 40, density=0.2, random_state=7, format="csr")
+    with jax.enable_x64(True):
+        X, dense = sj.SparseMatrix.from_scipy(csr), jnp.asarray(csr.toarray())
+        W = jnp.asarray(rng.standard_normal((40, 3)))
+        expected_value = jnp.sum(jnp.sin(dense @ W))
+        expected_grad = jax.grad(lambda w: jnp.sum(jnp.sin(dense @ w)))(W)
+        updates = csr.nnz * 3 * 8
+        for limit, callbacks in [(updates, 0), (updates - 1, 2)]:
+            monkeypatch.setattr(choice, "CPU_SCATTER_LIMIT", limit)
+            product = sj.compile_program(FEATURES, wrt=("W",))
+            step = jax.jit(jax.value_and_grad(lambda w: jnp.sum(jnp.sin(product(X=X, W=w)))))
+            assert _host_calls(step, W) == callbacks, limit
+            value, grad = step(W)
+            np.testing.assert_allclose(value, expected_value, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(grad, expected_grad, rtol=1e-12, atol=1e-12)
+        abstract = [jax.ShapeDtypeStruct((40, 3), np.float64)]
+        function = lambda w: jax.ops.segment_sum(w[csr.indices], np.repeat(np.arange(25), np.diff(csr.indptr)), 25)  # noqa: E731
+        monkeypatch.setattr(choice, "CPU_SCATTER_LIMIT", 0)
+        assert not choice.prefer_lowered(function, abstract, "cpu")
+        assert choice.prefer_lowered(function, abstract, "cuda")

@@ -54,7 +54,7 @@ def test_fullgraph_model_of_compile_program_layers_equals_eager_and_dense():
     torch._dynamo.reset()
     ex = _example()
     a_hat, features, labels, classes = ex.graph(small=True, seed=3)
-    A, X, y = st.SparseMatrix.from_scipy(a_hat), torch.as_tensor(features), torch.as_tensor(labels)
+    A, X, y = st.SparseMatrix.from_scipy(a_hat), st.SparseMatrix.from_scipy(features), torch.as_tensor(labels)
     base = ex.init(X.shape[1], 16, 8, classes, seed=2)
     forward = ex.torch_model()
 
@@ -69,7 +69,7 @@ def test_fullgraph_model_of_compile_program_layers_equals_eager_and_dense():
         results.append((value, _grads(value, list(params.values()))))
     params = {k: torch.tensor(v, requires_grad=True) for k, v in base.items()}
     dense = torch.nn.functional.cross_entropy(
-        ex.torch_dense_model()(torch.as_tensor(a_hat.toarray()), X, params), y)
+        ex.torch_dense_model()(torch.as_tensor(a_hat.toarray()), torch.as_tensor(features.toarray()), params), y)
     results.append((dense, _grads(dense, list(params.values()))))
     (got, got_grads), *references = results
     for want, want_grads in references:
