@@ -585,7 +585,7 @@ class Derivative(Program):
         if _sparse_order_3(value) and (self.kind in ("grad", "vjp") or (
                 self.kind == "jacobian" and tensor_order(result_type) == len(value.shape))):
             return "pattern"  # a StoredTensor on value's entries, in value's format (formats.pattern)
-        if self.kind in ("grad", "vjp", "jvp") and tensor_order(result_type) == 2:
+        if tensor_order(result_type) == 2:  # a compiled matrix result is never dense by itself
             return "csr"
         return "natural"
 

@@ -67,7 +67,9 @@ class _Rewriter:
         self.containers = {c.name: c for c in program.containers}
         self.real_arrays = {n for n, t in zip(program.params, program.param_types)
                             if isinstance(t, Dict) and isinstance(t.value, Real)}
-        self.output_ok = plan.kind in TARGET_KINDS and program.leaf == "real"
+        # (not when a mode is sized by the keys written: a rewritten nest may write a key its
+        # loop never reached, e.g. a dot product of length 0)
+        self.output_ok = plan.kind in TARGET_KINDS and program.leaf == "real" and not plan.trimmed
         self.plain = plain
         self.products = ProductNests(self._commuting_target, self._contiguous, self._container_of)
 
