@@ -67,11 +67,14 @@ class _Rewriter:
         self.containers = {c.name: c for c in program.containers}
         self.real_arrays = {n for n, t in zip(program.params, program.param_types)
                             if isinstance(t, Dict) and isinstance(t.value, Real)}
-        # (not when a mode is sized by the keys written: a rewritten nest may write a key its
-        # loop never reached, e.g. a dot product of length 0)
-        self.output_ok = plan.kind in TARGET_KINDS and program.leaf == "real" and not plan.trimmed
+        self.output_ok = plan.kind in TARGET_KINDS and program.leaf == "real"
         self.plain = plain
-        self.products = ProductNests(self._commuting_target, self._contiguous, self._container_of)
+        # a result with a mode sized by the keys written (`OutputPlan.trimmed`) keeps its writes
+        # where the loops made them: a product nest may write a key its loops never reached (a dot
+        # product runs only from DOT_MIN_LENGTH >= 1 steps, and an interchange writes the same keys)
+        trimmed = bool(plan.trimmed)
+        self.products = ProductNests(lambda w: self._commuting_target(w) and not (trimmed and w.target == OUTPUT),
+                                     self._contiguous, self._container_of)
 
     def _container_of(self, array: str) -> str:
         """The local container whose values array `array` is (`<name>_val`), or the input itself."""

@@ -67,6 +67,7 @@ class _Emitter:
         self.plain = plain_workspaces(program)
         self.prefixes = prefix_workspaces(program.body, program.containers, exclude=self.plain)
         self.lines: list[str] = []
+        self._highest_after = False  # in a loop that notes the trimmed modes' largest key itself
 
     def expr(self, e: IRExpr) -> str:
         match e:
@@ -197,6 +198,18 @@ class _Emitter:
             else:
                 self.put(indent, line)
 
+    def _notes_highest_after(self, loop: For) -> bool:
+        """Whether a loop of a dense result with modes sized by the keys written (`OutputPlan.trimmed`)
+        writes, at every step, the output at key `loop.var` in each such mode and nothing else
+        (assignments and those writes only): its largest key is then its end - 1 when it ran."""
+        plan = self.plan
+        if plan.kind != "dense" or plan.result_format is not None or not plan.trimmed or not loop.body \
+                or self.prefixes.updates.get(loop.var) or self.reduction(loop) is not None:
+            return False
+        writes = [t for t in loop.body if isinstance(t, Accumulate)]
+        return bool(writes) and all(isinstance(t, (Assign, Accumulate)) for t in loop.body) and all(
+            w.target == OUTPUT and all(w.keys[d] == Ref(loop.var) for d in plan.trimmed) for w in writes)
+
     def put(self, indent: int, *lines: str) -> None:
         self.lines.extend("    " * indent + line for line in lines)
 
@@ -230,6 +243,19 @@ class _Emitter:
                     self.put(indent + 1, f"{ran} = True")
                     self.put(indent, f"if {ran}:")
                 self.stmt(Accumulate(write.target, write.keys, Ref(total), write.key_ivs), indent + (1 if ran else 0))
+            case For(var=var, start=st, end=en, body=body) if self._notes_highest_after(s):
+                # every step writes at key `var` in each mode sized by the keys written: the
+                # largest key is noted once after the loop, not at each write (which keeps the loop
+                # from being vectorised)
+                self.count_updates(var, indent)
+                self.put(indent, f"_lo_{var} = {self.expr(st)}", f"_hi_{var} = {self.expr(en)}",
+                         f"for {var} in range(_lo_{var}, _hi_{var}):")
+                self._highest_after = True
+                self.block(body, indent + 1)
+                self._highest_after = False
+                for d in self.plan.trimmed:
+                    self.put(indent, f"if _hi_{var} > _lo_{var} and _hi_{var} > out_hi{d}:",
+                             f"    out_hi{d} = _hi_{var}")
             case For(var=var, start=st, end=en, body=body):
                 self.count_updates(var, indent)
                 self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")
@@ -311,7 +337,7 @@ class _Emitter:
                     names.append(code)
                 guarded = [iv is None for iv in ivs]
                 self.put(indent, *O.output_accumulate(self.plan, names, self.expr(v), guarded,
-                                                      self.program.leaf))
+                                                      self.program.leaf, note_highest=not self._highest_after))
             case Accumulate(target=c, keys=keys, value=v) if self.containers[c].kind == "trie":
                 # the node at each key, made when absent; the number at the last one
                 # the path of the last write at each level is remembered (nodes live until the

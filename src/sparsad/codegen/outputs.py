@@ -398,8 +398,9 @@ def unsigned(index: str) -> str:
 
 
 def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: list[bool],
-                      leaf: str) -> list[str]:
-    """Lines adding value at keys into the output (keys are plain names or literals)."""
+                      leaf: str, note_highest: bool = True) -> list[str]:
+    """Lines adding value at keys into the output (keys are plain names or literals).
+    note_highest=False: the enclosing loop notes the largest key of the trimmed modes itself."""
     kind = plan.kind
     if kind == "scalar":
         return [f"out += {value}"]
@@ -408,7 +409,7 @@ def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: li
     if kind == "dense":
         # a mode sized by the keys written: note the largest (after the write, which checks it)
         highest = [line for d in plan.trimmed for line in
-                   (f"if {keys[d]} >= out_hi{d}:", f"    out_hi{d} = {keys[d]} + 1")]
+                   (f"if {keys[d]} >= out_hi{d}:", f"    out_hi{d} = {keys[d]} + 1")] if note_highest else []
         tests = [f"0 <= {k} < out.shape[{d}]" for d, k in enumerate(keys) if guarded[d]]
         if not tests:  # every key proven inside the result's extents
             return [f"out[{', '.join(unsigned(k) for k in keys)}] += {value}", *highest]
