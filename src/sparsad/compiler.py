@@ -230,9 +230,9 @@ class CompiledProgram(Program):
             if self._build else self.expr
         logical = fold_exponents(logical)  # `pow(s, 1.0 / 3.0)`: passes must not name the exponent
         result_type = infer(logical, logical_types)  # the user's type errors surface here
+        # an extent the types leave to a value (a range to `k`) is None: the kernel sizes that mode
+        # by its keys written, per call, as the interpreter does; the others are the type's
         shape = tuple(extents(result_type)) if isinstance(result_type, Dict) else None
-        if shape is not None and any(e is None for e in shape):
-            shape = None
         dense = dense and isinstance(result_type, Dict) and len(extents(result_type)) == stored[self.dense_like].ndim
         if dense:  # a derivative on the pattern of a dense input has that input's shape
             shape = tuple(stored[self.dense_like].shape)
@@ -242,7 +242,7 @@ class CompiledProgram(Program):
         base_types = {n: t for n, t in logical_types.items() if n in self.base._input_names()}
         plan = dict(logical=logical, physical=None, stages={}, kernel=None, result_type=result_type,
                     key_checks=key_checks(self.base.expr, base_types),
-                    shape=shape, reason=None, derived=(), reorder=(), unread=(), shared=shared, natural="dense" if output == "dense" else "natural")
+                    shape=shape if shape is None or None not in shape else None, reason=None, derived=(), reorder=(), unread=(), shared=shared, natural="dense" if output == "dense" else "natural")
         try:
             # interchange makes rows of a sparse result come out in order; a dense result is
             # written in place at any key, and the transposed pattern would cost O(nnz) per call

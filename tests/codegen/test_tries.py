@@ -224,18 +224,54 @@ GCN_SMALL_TRIES = """sum(<row, rr> in Adj)
   { row -> sum(<o, po> in pre) { o -> tanh(po) } }"""
 
 
-def test_a_jacobian_whose_tangent_outgrows_the_tries_falls_back_with_the_right_answer(monkeypatch):
-    """A kernel whose row tangent needs more trie nodes than reserved (here 16, lowered for the
-    test; 2**19 in use) stops with MemoryError before writing past them: the call runs in the
-    interpreter with a FallbackWarning and returns the right Jacobian (JAX's), never a partial one."""
+def _gcn_case():
     jax, jnp = jax_numpy()
     rng = np.random.default_rng(7)
     A = sp.csr_matrix(rng.standard_normal((5, 5)) * (rng.random((5, 5)) < 0.8))
     X, W = rng.standard_normal((5, 3)), rng.standard_normal((3, 2))
     expected = np.asarray(jax.jacfwd(lambda x: jnp.tanh(jnp.asarray(A.toarray()) @ x @ W))(X))
+    return A, X, W, expected
+
+
+def _as_array(got, shape):
+    got = got.to_numpy() if isinstance(got, StoredTensor) else np.asarray(got)
+    return got.reshape(shape)
+
+
+def test_a_jacobian_whose_tangent_outgrows_the_tries_grows_them(monkeypatch):
+    """A kernel whose row tangent needs more trie nodes than its first reserve (here 16, lowered
+    for the test; 2**19 in use) stops with MemoryError before writing past them, and runs again with
+    four times as many (kernels are pure): compiled, no warning, the right Jacobian (JAX's), and the
+    next call starts with the reserve the last one needed."""
+    A, X, W, expected = _gcn_case()
     monkeypatch.setattr(rt, "TRIE_NODES", 16)
     derivative = sparsad.jacobian(GCN_SMALL_TRIES, wrt="Feat")
-    with pytest.warns(sparsad.FallbackWarning, match="reserved nodes"):
-        got = derivative.compiled(output="workspace")(Adj=A, Feat=X, Wt=W)
-    got = got.to_numpy() if isinstance(got, StoredTensor) else np.asarray(got)
-    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-10, atol=1e-12)
+    compiled = derivative.compiled(output="workspace")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = compiled(Adj=A, Feat=X, Wt=W)
+        kernel = compiled._compiled["Feat"].ran_plan()["kernel"]
+        assert kernel is not None and "rt.trie_new" in kernel.source  # ran compiled, with tries
+        assert kernel._trie_hint > 16
+        again = compiled(Adj=A, Feat=X * 2.0, Wt=W)
+    np.testing.assert_allclose(_as_array(got, expected.shape), expected, rtol=1e-10, atol=1e-12)
+    assert np.all(np.isfinite(_as_array(again, expected.shape)))
+
+
+def test_tries_that_would_pass_the_memory_limit_fall_back_with_the_right_answer(monkeypatch):
+    """The one overflow left: growing the tries past the memory limit (`sparsad.memory`). The call
+    then runs in the interpreter with a FallbackWarning and returns the right Jacobian, never a
+    partial one."""
+    from sparsad import memory
+
+    A, X, W, expected = _gcn_case()
+    monkeypatch.setattr(rt, "TRIE_NODES", 16)
+    # the program under other names again: a kernel of its own, whose first reserve is 16 nodes
+    derivative = sparsad.jacobian(GCN_SMALL_TRIES.replace("hid", "mid").replace("pre", "act"), wrt="Feat")
+    memory.set_memory_limit(4_000, warn=4_000)  # room for the result, not for tries of 64 nodes (4.6 KB)
+    try:
+        with pytest.warns(sparsad.FallbackWarning, match="reserved nodes"):
+            got = derivative.compiled(output="workspace")(Adj=A, Feat=X, Wt=W)
+    finally:
+        memory.set_memory_limit(None)
+    np.testing.assert_allclose(_as_array(got, expected.shape), expected, rtol=1e-10, atol=1e-12)

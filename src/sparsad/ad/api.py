@@ -585,7 +585,7 @@ class Derivative(Program):
         if _sparse_order_3(value) and (self.kind in ("grad", "vjp") or (
                 self.kind == "jacobian" and tensor_order(result_type) == len(value.shape))):
             return "pattern"  # a StoredTensor on value's entries, in value's format (formats.pattern)
-        if self.kind in ("grad", "vjp", "jvp") and tensor_order(result_type) == 2:
+        if tensor_order(result_type) == 2:  # a compiled matrix result is never dense by itself
             return "csr"
         return "natural"
 
@@ -631,12 +631,24 @@ def _sparse_order_3(value: Any) -> bool:
 
 
 def _zero_tangent_shaped_like(primal: Any, tangent: Any) -> Any:
-    """A zero jvp tangent with another shape than its dense primal's (an output whose extent is a
-    value, e.g. a range `(1:k)`, so its type gives no shape): zeros of the primal's shape and dtype."""
+    """A jvp tangent in the kind of its primal. A zero one with another shape than its dense
+    primal's (an output whose extent is a value, e.g. a range `(1:k)`, so its type gives no shape):
+    zeros of the primal's shape and dtype. A matrix tangent of the primal's shape in the primal's
+    kind: an ndarray beside a dense primal (a full matrix, which the program returns dense, while
+    the derivative's matrix is CSR by its type), a scipy matrix of the primal's class beside a
+    sparse one."""
     import numpy as np
 
-    if isinstance(primal, np.ndarray) and getattr(tangent, "shape", None) != primal.shape and _is_zero(tangent):
-        return np.zeros(primal.shape, np.float32 if primal.dtype == np.float32 else np.float64)
+    if isinstance(primal, np.ndarray):
+        shape = getattr(tangent, "shape", None)
+        if shape != primal.shape and _is_zero(tangent):
+            return np.zeros(primal.shape, np.float32 if primal.dtype == np.float32 else np.float64)
+        if shape == primal.shape and hasattr(tangent, "tocsr") and primal.ndim == 2:
+            return tangent.toarray()
+        return tangent
+    if isinstance(tangent, np.ndarray) and tangent.ndim == 2 and hasattr(primal, "tocsr") \
+            and getattr(primal, "shape", None) == tangent.shape:
+        return type(primal)(tangent)
     return tangent
 
 

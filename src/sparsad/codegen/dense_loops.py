@@ -73,7 +73,12 @@ class _Rewriter:
                             if isinstance(t, Dict) and isinstance(t.value, Real)}
         self.output_ok = plan.kind in TARGET_KINDS and program.leaf == "real"
         self.plain = plain
-        self.products = ProductNests(self._commuting_target, self._contiguous, self._container_of)
+        # a result with a mode sized by the keys written (`OutputPlan.trimmed`) keeps its writes
+        # where the loops made them: a product nest may write a key its loops never reached (a dot
+        # product runs only from DOT_MIN_LENGTH >= 1 steps, and an interchange writes the same keys)
+        trimmed = bool(plan.trimmed)
+        self.products = ProductNests(lambda w: self._commuting_target(w) and not (trimmed and w.target == OUTPUT),
+                                     self._contiguous, self._container_of)
 
     def _container_of(self, array: str) -> str:
         """The local container whose values array `array` is (`<name>_val`), or the input itself."""

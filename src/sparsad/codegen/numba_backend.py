@@ -31,6 +31,7 @@ import numpy as np
 
 from sparsad.codegen import bounds as B
 from sparsad.codegen import outputs as O
+from sparsad.codegen import pattern_outputs as PO
 from sparsad.codegen.dense_loops import rewrite_dense_loops
 from sparsad.codegen.position_nests import flatten_position_nests
 from sparsad.codegen.ir import sized_containers
@@ -66,6 +67,7 @@ class _Emitter:
         self.plain = plain_workspaces(program)
         self.prefixes = prefix_workspaces(program.body, program.containers, exclude=self.plain)
         self.lines: list[str] = []
+        self._highest_after = False  # in a loop that notes the trimmed modes' largest key itself
 
     def expr(self, e: IRExpr) -> str:
         match e:
@@ -196,6 +198,18 @@ class _Emitter:
             else:
                 self.put(indent, line)
 
+    def _notes_highest_after(self, loop: For) -> bool:
+        """Whether a loop of a dense result with modes sized by the keys written (`OutputPlan.trimmed`)
+        writes, at every step, the output at key `loop.var` in each such mode and nothing else
+        (assignments and those writes only): its largest key is then its end - 1 when it ran."""
+        plan = self.plan
+        if plan.kind != "dense" or plan.result_format is not None or not plan.trimmed or not loop.body \
+                or self.prefixes.updates.get(loop.var) or self.reduction(loop) is not None:
+            return False
+        writes = [t for t in loop.body if isinstance(t, Accumulate)]
+        return bool(writes) and all(isinstance(t, (Assign, Accumulate)) for t in loop.body) and all(
+            w.target == OUTPUT and all(w.keys[d] == Ref(loop.var) for d in plan.trimmed) for w in writes)
+
     def put(self, indent: int, *lines: str) -> None:
         self.lines.extend("    " * indent + line for line in lines)
 
@@ -215,12 +229,33 @@ class _Emitter:
                 # a sum into one fixed key: in a register, added once after the loop
                 write = body[-1]
                 total = f"_sum_{var}"
+                # a mode sized by the keys written (`OutputPlan.trimmed`): the key is written only
+                # when the loop ran a step, as it was inside the loop
+                ran = f"_ran_{var}" if write.target == OUTPUT and self.plan.trimmed else None
                 self.put(indent, f"{total} = {'0' if self.reduction(s) == 'int' else '0.0'}")
+                if ran:
+                    self.put(indent, f"{ran} = False")
                 self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")
                 for assign in body[:-1]:
                     self.stmt(assign, indent + 1)
                 self.put(indent + 1, f"{total} += {self.expr(write.value)}")
-                self.stmt(Accumulate(write.target, write.keys, Ref(total), write.key_ivs), indent)
+                if ran:
+                    self.put(indent + 1, f"{ran} = True")
+                    self.put(indent, f"if {ran}:")
+                self.stmt(Accumulate(write.target, write.keys, Ref(total), write.key_ivs), indent + (1 if ran else 0))
+            case For(var=var, start=st, end=en, body=body) if self._notes_highest_after(s):
+                # every step writes at key `var` in each mode sized by the keys written: the
+                # largest key is noted once after the loop, not at each write (which keeps the loop
+                # from being vectorised)
+                self.count_updates(var, indent)
+                self.put(indent, f"_lo_{var} = {self.expr(st)}", f"_hi_{var} = {self.expr(en)}",
+                         f"for {var} in range(_lo_{var}, _hi_{var}):")
+                self._highest_after = True
+                self.block(body, indent + 1)
+                self._highest_after = False
+                for d in self.plan.trimmed:
+                    self.put(indent, f"if _hi_{var} > _lo_{var} and _hi_{var} > out_hi{d}:",
+                             f"    out_hi{d} = _hi_{var}")
             case For(var=var, start=st, end=en, body=body):
                 self.count_updates(var, indent)
                 self.put(indent, f"for {var} in range({self.expr(st)}, {self.expr(en)}):")
@@ -302,7 +337,7 @@ class _Emitter:
                     names.append(code)
                 guarded = [iv is None for iv in ivs]
                 self.put(indent, *O.output_accumulate(self.plan, names, self.expr(v), guarded,
-                                                      self.program.leaf))
+                                                      self.program.leaf, note_highest=not self._highest_after))
             case Accumulate(target=c, keys=keys, value=v) if self.containers[c].kind == "trie":
                 # the node at each key, made when absent; the number at the last one
                 # the path of the last write at each level is remembered (nodes live until the
@@ -366,9 +401,13 @@ class _Emitter:
                 raise TypeError(f"not an IR statement: {s!r}")
 
 
+TRIE_PARAMETER = "_trie_nodes"  # the nodes each trie of a kernel reserves: passed per call
+
+
 def _trie_nodes() -> int:
-    """The nodes a trie reserves (`runtime.TRIE_NODES`, read when the source is written: a test
-    lowers it to drive a fill past it; a power of two of at least 8)."""
+    """The nodes a trie reserves on a kernel's first run (`runtime.TRIE_NODES`, read per call: a
+    test lowers it to drive a fill past it; a power of two of at least 8). A fill that outgrows
+    them reruns with four times as many (`Kernel.run_prepared`), under the memory limit."""
     from sparsad.codegen import runtime
 
     nodes = int(runtime.TRIE_NODES)
@@ -416,7 +455,8 @@ def plain_workspaces(program: LoopProgram) -> frozenset[str]:
 
 def kernel_parameters(program: LoopProgram, plan: O.OutputPlan) -> tuple[str, ...]:
     sizes = tuple(f"{c.name}_size" for c in sized_containers(program.containers))
-    return (*program.params, *sizes, *O.output_params(plan, program.depth))
+    tries = (TRIE_PARAMETER,) if any(c.kind == "trie" for c in program.containers) else ()
+    return (*program.params, *sizes, *tries, *O.output_params(plan, program.depth))
 
 
 def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
@@ -430,7 +470,7 @@ def generate_source(program: LoopProgram, plan: O.OutputPlan) -> str:
             emitter.put(body_indent, f"{container.name}_val = np.zeros({container.name}_size, {dtype})")
         elif container.kind == "trie":
             c, dtype = container.name, "np.int64" if container.leaf == "int" else "np.float64"
-            emitter.put(body_indent, f"{c}_nd, {c}_tb, {c}_n = rt.trie_new({_trie_nodes()})",
+            emitter.put(body_indent, f"{c}_nd, {c}_tb, {c}_n = rt.trie_new({TRIE_PARAMETER})",
                         f"{c}_vl = np.empty({c}_nd.shape[0], {dtype})",
                         *(line for d in range(container.depth) for line in (f"{c}_pp{d} = -1", f"{c}_pk{d} = 0")),
                         *_trie_path_reset(c, container.depth))
@@ -607,8 +647,13 @@ class Kernel:
         self._quiet_sizes: tuple = (None, 0.0)
         # a result that is a number or one dense array, with no workspaces: the call has nothing to
         # decide (`_run_simple`); the kernel's parameters gathered by one C call
-        self._simple = O.plain_kind(plan) if not self._workspaces else None
+        # the number of tries (local nested containers): their reserve is a parameter, grown on overflow
+        self._tries = sum(1 for c in loops.containers if c.kind == "trie")
+        self._trie_hint = 0  # the nodes the last fill needed reserved, when more than the first reserve
+        self._simple = O.plain_kind(plan) if not self._workspaces and not self._tries else None
         self._gather = _gatherer(tuple(loops.params))
+        # (output asked, whether full rows fitted when the plan depended on it, else None): see compile_physical
+        self._made_as: tuple[str, bool | None] = ("auto", None)
 
     @property
     def output(self) -> str:
@@ -679,6 +724,11 @@ class Kernel:
         dtypes only, e.g. fixed per signature of a repeated call). `passed`: what the guard
         returned for these very inputs (`checked`), when the caller has it already."""
         loops, plan = self.loops, self.plan
+        rows_fit = self._made_as[1]
+        if rows_fit is not None and PO.full_rows_fit(tuple(self._static_extents)) != rows_fit:
+            # the memory limits changed since this plan was chosen: the kernel chosen under them
+            current = compile_physical(self.program, self.input_types, self._made_as[0], self.shape)
+            return current.run_prepared(prepared, validate, dtype)
         # every check of the call in one straight-line function (codegen.guard); when it does not
         # vouch for the inputs, the node-by-node path below raises the FormatError naming them
         if passed is None:
@@ -701,6 +751,7 @@ class Kernel:
         if workspace_sizes:
             args += workspace_sizes
         grids = [(workspace_sizes[k], workspace_sizes[k + 1]) for k in self._grid_slots] if self._grid_slots else ()
+        trie_nodes = max(_trie_nodes(), self._trie_hint) if self._tries else 0
         try:
             while True:  # each larger buffer passes the memory guard first: the growth is bounded
                 # sizes the guard let through quietly last time pass again while the limits allow them
@@ -713,7 +764,16 @@ class Kernel:
                         self._quiet_sizes = (sizes, nbytes)
                 out_args = O.output_arguments(plan, loops.depth, extents, dtype, capacity, prepared,
                                               hint=self._capacity_hint)
-                raw = self.function(*args, *out_args)
+                try:
+                    raw = self.function(*args, *((trie_nodes,) if self._tries else ()), *out_args)
+                except MemoryError as error:
+                    if not self._tries or "reserved nodes" not in str(error):
+                        raise
+                    # a trie outgrew its reserve: rerun (kernels are pure) with four times as many
+                    # nodes, while they fit under the memory limit (else the caller falls back)
+                    trie_nodes = _grown_trie_nodes(trie_nodes, self._tries, error)
+                    self._trie_hint = trie_nodes
+                    continue
                 if not self._appends or not O.overflowed(plan, raw):
                     break
                 # the append buffers were full: rerun with more room than they had (an output
@@ -853,6 +913,16 @@ def _gatherer(names: tuple[str, ...]):
     return lambda mapping: ()
 
 
+def _grown_trie_nodes(nodes: int, tries: int, error: MemoryError) -> int:
+    """Four times `nodes` for each of a kernel's `tries` tries (nodes, hash table and numbers: 72
+    bytes a node reserved; pages never written cost no memory), or the MemoryError that makes the
+    caller fall back when that reserve passes the memory limit (`sparsad.memory`)."""
+    grown = 4 * nodes
+    if tries * grown * 72 > memory_limit():
+        raise MemoryError(f"{error}; {grown} nodes per trie would pass the memory limit") from None
+    return grown
+
+
 def _kernel_error(error: Exception, extents) -> Exception:
     """What a failed kernel call raises: an index outside the output is the caller's FormatError;
     a Numba typing or lowering error means the kernel cannot compile (UnsupportedError)."""
@@ -946,7 +1016,7 @@ _KERNELS_LOCK = threading.Lock()
 
 def _cache_key(expr: Expr, input_types: Mapping[str, Type], output: str, shape) -> tuple:
     return (_program_text(expr), tuple((n, repr(t)) for n, t in input_types.items()), output,
-            None if shape is None else tuple(int(s) for s in shape))
+            None if shape is None else tuple(None if s is None else int(s) for s in shape))
 
 
 # names the generated module itself uses, and prefixes of the names it makes
@@ -982,10 +1052,13 @@ def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = 
 
     input_types: name -> Type (e.g. `StoredTensor.physical_types(name)` merged over inputs).
     output: "auto", "scalar", "dense", "dict", "coo", "csr", "csc" or "workspace" (see
-    `codegen.outputs`). shape: the result's extents, when the types do not give them.
+    `codegen.outputs`). shape: the result's extents, when the types do not give them; an extent
+    None is one past the largest key written at that mode (the interpreter's rule, per call).
     Raises UnsupportedError for programs code generation cannot handle (use the interpreter).
     """
-    key = _cache_key(expr, input_types, output, shape)
+    # the memory guard's threshold decides whether a result is assembled in full rows
+    # (`pattern_outputs.full_rows_fit`): a kernel made under another threshold is another kernel
+    key = (*_cache_key(expr, input_types, output, shape), PO.rows_threshold())
     with _KERNELS_LOCK:
         cached = _KERNELS.get(key)
     if cached is not None:
@@ -1008,10 +1081,16 @@ def compile_physical(expr: Expr, input_types: Mapping[str, Type], output: str = 
     static = type_extents(loops.result_type)
     static = [shape[d] if shape is not None else static[d] for d in range(loops.depth)]
     known = tuple(static[d] is not None or loops.key_ivs[d] is not None for d in range(loops.depth))
-    plan = O.choose_output(loops, output, known, tuple(static))
+    # a mode the shape leaves unknown (None) is sized, as the interpreter sizes it, by its keys written
+    trimmed = () if shape is None else tuple(d for d, extent in enumerate(shape) if extent is None)
+    rows_fit = PO.full_rows_fit(tuple(static))
+    plan = O.choose_output(loops, output, known, tuple(static), trimmed, rows_fit)
+    # a plan the memory guard's threshold decided (full rows or not): each run asks again (`run_prepared`)
+    decided = plan != O.choose_output(loops, output, known, tuple(static), trimmed, not rows_fit)
     loops = flatten_position_nests(loops, plan)
     loops = rewrite_dense_loops(loops, plan, plain_workspaces(loops))
     kernel = Kernel(expr, input_types, loops, plan, None if shape is None else tuple(shape), renames)
+    kernel._made_as = (output, rows_fit if decided else None)
     with _KERNELS_LOCK:
         _KERNELS.setdefault(key, kernel)
         return _KERNELS[key]

@@ -66,6 +66,9 @@ class OutputPlan:
     # a pattern output: (rows-loop end, pos array, idx array, ((column var, position var), ...))
     pattern: tuple | None = None
     entries: "InputEntries | None" = None  # an entries output: the input's levels it follows
+    # modes whose extent is a value (a range to `k`): one past the largest key written, as the
+    # interpreter sizes them (`lang.program.to_natural`), not the bound of the keys' range
+    trimmed: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,27 +247,47 @@ def _level_array(start, end, chain: tuple, nexts: dict) -> str | int | None:
 
 
 def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool, ...],
-                  static_sizes: tuple[int | None, ...] = ()) -> OutputPlan:
+                  static_sizes: tuple[int | None, ...] = (), trimmed: tuple[int, ...] = (),
+                  rows_fit: bool | None = None) -> OutputPlan:
     """The output plan for a request (see the module doc for the rules of "auto").
 
     extent_known[d]: the extent of level d can be found (shape, type, or key range);
-    static_sizes[d]: the extent when known at compile time (shape or type), else None.
+    static_sizes[d]: the extent when known at compile time (shape or type), else None;
+    trimmed: the modes sized by the largest key written (`OutputPlan.trimmed`): their buffers
+    are sized by the keys' range, and only outputs that record which keys were written serve
+    them (a dense output notes the largest, full rows mark their rows; a pattern stores entries
+    nobody wrote);
+    rows_fit: whether a full-rows buffer of `static_sizes` passes the memory guard's threshold
+    (`pattern_outputs.full_rows_fit`, asked now when None): a decision the caller keys kernels by.
     """
+    if rows_fit is None:
+        rows_fit = PO.full_rows_fit(static_sizes)
+    plan = _choose_output(program, requested, extent_known, static_sizes, tuple(trimmed), rows_fit)
+    if not trimmed or plan.kind in ("scalar", "dict"):
+        return plan
+    return OutputPlan(plan.kind, plan.result_format, plan.row_var, plan.pattern, plan.entries, tuple(trimmed))
+
+
+def _choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool, ...],
+                   static_sizes: tuple[int | None, ...], trimmed: tuple[int, ...], rows_fit: bool) -> OutputPlan:
     if requested not in OUTPUT_CHOICES:
         raise InputError(f"output={requested!r} is not a known output; choose one of "
                          f"{', '.join(OUTPUT_CHOICES)}")
     depth = program.depth
     if depth == 0:
         return OutputPlan("scalar")
+    if trimmed and requested in ("pattern", "entries"):  # they store entries nobody wrote
+        requested = "auto" if requested == "entries" else "csr"
+    if trimmed and depth > 2 and requested == "workspace":
+        requested = "coo"
     if requested == "entries":
         entries = input_entries(program) if all(extent_known) else None
         if entries is not None:
             return OutputPlan("entries", "tensor", entries=entries)
         requested = "auto"  # the writes do not follow one input's entries
     loop = row_loop(program)
-    pattern = input_pattern(PO.loop_limits_inlined(program)) if depth == 2 else None
-    rows = PO.full_rows(program, loop.var) if loop is not None and all(extent_known) and \
-        PO.full_rows_fit(static_sizes) else None
+    pattern = input_pattern(PO.loop_limits_inlined(program)) if depth == 2 and not trimmed else None
+    rows = PO.full_rows(program, loop.var) if loop is not None and all(extent_known) and rows_fit else None
     if requested == "auto":
         if depth == 1:
             return OutputPlan("dense" if extent_known[0] else "dict")
@@ -277,7 +300,7 @@ def choose_output(program: LoopProgram, requested: str, extent_known: tuple[bool
                 return OutputPlan("workspace", "csr", loop.var)
             return OutputPlan("coo", "csr")
         sizes = list(static_sizes) + [None] * depth
-        if not all(n is not None for n in sizes[:depth]):
+        if trimmed or not all(n is not None for n in sizes[:depth]):
             return OutputPlan("dict")
         small = float(np.prod([n for n in sizes[:depth]], dtype=np.float64)) <= DENSE_AUTO_LIMIT
         if small:
@@ -358,6 +381,8 @@ def output_prologue(plan: OutputPlan, depth: int, leaf: str) -> list[str]:
         return [f"out = Dict.empty(key_type={key}, value_type={value})"]
     if plan.kind == "coo":
         return ["out_n = 0"]
+    if plan.kind == "dense" and plan.result_format is None and plan.trimmed:
+        return [f"out_hi{d} = 0" for d in plan.trimmed]
     if plan.kind == "workspace":
         more = tensor_rows.prologue(depth) if plan.result_format == tensor_rows.TENSOR else []
         return ["w_val = np.zeros(w_size, out_v.dtype)", "w_mark = np.zeros(w_size, np.bool_)",
@@ -373,20 +398,24 @@ def unsigned(index: str) -> str:
 
 
 def output_accumulate(plan: OutputPlan, keys: list[str], value: str, guarded: list[bool],
-                      leaf: str) -> list[str]:
-    """Lines adding value at keys into the output (keys are plain names or literals)."""
+                      leaf: str, note_highest: bool = True) -> list[str]:
+    """Lines adding value at keys into the output (keys are plain names or literals).
+    note_highest=False: the enclosing loop notes the largest key of the trimmed modes itself."""
     kind = plan.kind
     if kind == "scalar":
         return [f"out += {value}"]
     if kind == "dense" and plan.result_format == PO.ROWS:
         return PO.full_rows_accumulate(keys, value, guarded)
     if kind == "dense":
+        # a mode sized by the keys written: note the largest (after the write, which checks it)
+        highest = [line for d in plan.trimmed for line in
+                   (f"if {keys[d]} >= out_hi{d}:", f"    out_hi{d} = {keys[d]} + 1")] if note_highest else []
         tests = [f"0 <= {k} < out.shape[{d}]" for d, k in enumerate(keys) if guarded[d]]
         if not tests:  # every key proven inside the result's extents
-            return [f"out[{', '.join(unsigned(k) for k in keys)}] += {value}"]
+            return [f"out[{', '.join(unsigned(k) for k in keys)}] += {value}", *highest]
         index = ", ".join(keys)
         return [f"if {' and '.join(tests)}:", f"    out[{index}] += {value}", "else:",
-                "    raise IndexError('sparsad: a key of the result lies outside its shape')"]
+                "    raise IndexError('sparsad: a key of the result lies outside its shape')", *highest]
     if kind == "dict":
         zero = "0" if leaf == "int" else "0.0"
         key = f"np.int64({keys[0]})" if len(keys) == 1 else \
@@ -480,6 +509,8 @@ def output_return(plan: OutputPlan, depth: int) -> str:
         return "(out_n, " + ", ".join(f"out_k{d}" for d in range(depth)) + ", out_v)"
     if plan.kind == "workspace":
         return "(out_n, out_idx, out_v)"
+    if plan.kind == "dense" and plan.result_format is None and plan.trimmed:
+        return "(" + "".join(f"out_hi{d}, " for d in plan.trimmed) + ")"
     return "0"
 
 
@@ -489,7 +520,7 @@ def plain_kind(plan: OutputPlan) -> str | None:
     """"scalar" or "dense" when the result is the kernel's number, or one zeroed array of the result's
     extents returned as it is (what `output_arguments` and `finish` do for these plans, written out
     by `numba_backend.Kernel._run_simple`); None for every other plan, full rows included."""
-    if plan.kind == "scalar" or (plan.kind == "dense" and plan.result_format is None):
+    if plan.kind == "scalar" or (plan.kind == "dense" and plan.result_format is None and not plan.trimmed):
         return plan.kind
     return None
 
@@ -558,6 +589,9 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         return entries_result(plan.entries, arguments[0], inputs, extents)
     if plan.kind == "scalar":
         return int(raw) if leaf == "int" else float(raw)
+    if plan.kind == "dense" and plan.result_format is None and plan.trimmed:
+        highest = dict(zip(plan.trimmed, (int(h) for h in raw)))
+        return arguments[0][tuple(slice(0, highest.get(d, n)) for d, n in enumerate(arguments[0].shape))]
     if plan.kind == "dense":
         return PO.full_rows_result(plan, arguments, extents, inputs) if plan.result_format == PO.ROWS else arguments[0]
     if plan.kind == "dict":
@@ -566,8 +600,8 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         count = int(raw[0])
         keys = [np.asarray(k[:count]) for k in raw[1:-1]]
         values = np.asarray(raw[-1][:count])
-        shape = tuple(e if e is not None else (int(k.max()) + 1 if count else 0)
-                      for e, k in zip(extents, keys))
+        shape = tuple(e if e is not None and d not in plan.trimmed else (int(k.max()) + 1 if count else 0)
+                      for d, (e, k) in enumerate(zip(extents, keys)))
         if count and min(int(k.min()) for k in keys) < 0:
             raise FormatError("a key of the result is negative; sparse results need keys "
                               "0..n-1 (use output='dict' for arbitrary keys)")
@@ -601,8 +635,13 @@ def finish(plan: OutputPlan, depth: int, leaf: str, raw, arguments: tuple,
         np.cumsum(row_nnz, out=indptr[1:])
         # the buffers were allocated for this call: keep views unless most of them is unused
         keep = (lambda a: a[:count]) if 4 * count >= 3 * len(values) else (lambda a: a[:count].copy())
-        return sp.csr_matrix((keep(values), keep(indices), indptr),
-                             shape=(int(extents[0]), int(extents[1])))
+        nrows, ncols = int(extents[0]), int(extents[1])
+        if 0 in plan.trimmed:  # to the last row written (a written entry is stored, zero or not)
+            nrows = int(np.flatnonzero(row_nnz)[-1]) + 1 if count else 0
+            indptr = indptr[:nrows + 1]
+        if 1 in plan.trimmed:
+            ncols = int(indices[:count].max()) + 1 if count else 0
+        return sp.csr_matrix((keep(values), keep(indices), indptr), shape=(nrows, ncols))
     raise ValueError(plan.kind)
 
 

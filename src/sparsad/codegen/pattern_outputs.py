@@ -149,7 +149,8 @@ def full_rows(program: LoopProgram, row_var: str) -> tuple[IRExpr] | None:
         for stmt in stmts:
             match stmt:
                 case Accumulate(target=target, keys=keys) if target == OUTPUT:
-                    if parent is None or parent.start != Num(0) or len(keys) != 2 or \
+                    # (the row loop itself is no column loop: {i -> {i -> v}} writes one column a row)
+                    if parent is None or parent.start != Num(0) or len(keys) != 2 or parent.var == row_var or \
                             keys[0] != Ref(row_var) or keys[1] != Ref(parent.var):
                         return False
                     ends.add(parent.end)
@@ -172,18 +173,26 @@ def full_rows(program: LoopProgram, row_var: str) -> tuple[IRExpr] | None:
     return None
 
 
+def rows_threshold() -> int:
+    """The bytes a full-rows buffer may take (`full_rows_fit`): the memory guard's warning
+    threshold, or its limit when lower; kernels are cached per value of it."""
+    from sparsad.memory import memory_limit, warn_threshold
+
+    return min(warn_threshold(), memory_limit())
+
+
 def full_rows_fit(static_sizes: tuple) -> bool:
     """Whether a full-rows buffer of the result's rows x columns (known when the kernel is made)
     stays under the memory guard's warning threshold: it is allocated whole whatever the number of
     rows written, so a tall result with few rows written (a hypersparse A times a dense B) keeps
     the row workspace, which costs O(rows written x columns) plus the CSR's row pointers. (Sizes
     known only when the kernel runs, such as a column range's end: full rows, under the guard.)"""
-    from sparsad.memory import dense_bytes, memory_limit, warn_threshold
+    from sparsad.memory import dense_bytes
 
     sizes = tuple(static_sizes[:2])
     if len(sizes) != 2 or any(n is None for n in sizes):
         return True
-    return dense_bytes(sizes, 8) <= min(warn_threshold(), memory_limit())
+    return dense_bytes(sizes, 8) <= rows_threshold()
 
 
 def full_rows_params() -> tuple[str, ...]:
@@ -217,8 +226,15 @@ def full_rows_result(plan, arguments: tuple, extents: list[int], inputs: dict):
     rows, columns = int(extents[0]), int(extents[1])
     n = max(0, min(n, columns))  # the guard proved every written column below the extent
     kept = np.flatnonzero(written)
+    if plan.trimmed:  # modes sized by the keys written (`outputs.OutputPlan.trimmed`)
+        if 0 in plan.trimmed:
+            rows = int(kept[-1]) + 1 if len(kept) else 0
+        if 1 in plan.trimmed:
+            columns = n if len(kept) else 0  # a row written holds columns 0..n-1
+        n = min(n, columns)
+        dense = dense[:rows]
     index_dtype = np.int32 if rows * n < 2**31 - 1 else np.int64
-    if len(kept) == rows and n == columns:
+    if len(kept) == rows and n == dense.shape[1]:
         data = dense.reshape(-1)  # every row written: the buffer is the result
     else:
         data = dense[kept, :n].reshape(-1)
@@ -229,5 +245,5 @@ def full_rows_result(plan, arguments: tuple, extents: list[int], inputs: dict):
     return csr_result(data, indices, indptr, (rows, columns))
 
 
-__all__ = ["loop_limits_inlined", "loop_limits_inlined_in", "full_rows", "full_rows_fit", "ROWS", "full_rows_params",
+__all__ = ["loop_limits_inlined", "loop_limits_inlined_in", "full_rows", "full_rows_fit", "rows_threshold", "ROWS", "full_rows_params",
            "full_rows_accumulate", "full_rows_arguments", "full_rows_result"]
