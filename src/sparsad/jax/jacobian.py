@@ -105,9 +105,14 @@ def _recover(pattern: CSRPattern, kind: str, products: Callable, x, check: bool 
         raise ShapeError(f"f returned {tuple(stacked.shape[1:])} per product, but the pattern has "
                          f"{pattern.shape[0]} rows; f must return a 1-D array of that length")
     if not check:
-        return SparseMatrix(pattern, stacked.reshape(-1)[gather])
-    values = stacked[:-1].reshape(-1)[gather]
+        return SparseMatrix(pattern, _read(stacked, gather))
+    values = _read(stacked[:-1], gather)
     return _checked(SparseMatrix(pattern, values), stacked[-1], probe)
+
+
+def _read(stacked, gather):
+    """The entries at `gather` of the flattened products (in bounds by construction, distinct)."""
+    return stacked.reshape(-1).at[gather].get(mode="promise_in_bounds", unique_indices=True)
 
 
 def _probe_vector(pattern: CSRPattern, dtype):
@@ -166,9 +171,10 @@ def _plan_arrays(pattern: CSRPattern, kind: str, dtype) -> tuple:
     if key not in cache:
         colours, gather = compression_plan(pattern, kind)
         n_colours = int(colours.max()) + 1
+        small = n_colours * pattern.shape[0] < 2**31  # int32 gathers where they fit (faster on CPU)
         with jax.ensure_compile_time_eval():
             cache[key] = (jnp.asarray(colours[None, :] == np.arange(n_colours)[:, None], dtype=dtype),
-                          jnp.asarray(gather))
+                          jnp.asarray(gather.astype(np.int32) if small else gather))
     return cache[key]
 
 

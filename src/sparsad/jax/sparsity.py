@@ -245,13 +245,16 @@ def _moves(eqn, states: list[_State], n: int) -> list[_State]:
             numbers.append(state.value.get())
     if offset >= 2**31 - 1:
         raise _Unknown(f"'{eqn.primitive.name}' on more than 2^31 elements")
-    numbers = [jnp.asarray(v, dtype=jnp.int32) if isinstance(v, np.ndarray) and v.dtype == np.int64 else v
-               for v in numbers]
-    overrides = {"fill_value": -1} if "fill_value" in eqn.params else {}
-    try:
-        outs = _bind(eqn, numbers, **overrides)
-    except Exception as error:  # noqa: BLE001 - a primitive refusing integer operands: no guess
-        raise _Unknown(f"'{eqn.primitive.name}' could not be applied to element numbers ({error})") from None
+    if eqn.primitive.name in _NUMPY_MOVES:  # (no XLA compile per op and shape)
+        outs = [_NUMPY_MOVES[eqn.primitive.name](eqn.params, *numbers)]
+    else:
+        numbers = [jnp.asarray(v, dtype=jnp.int32) if isinstance(v, np.ndarray) and v.dtype == np.int64 else v
+                   for v in numbers]
+        overrides = {"fill_value": -1} if "fill_value" in eqn.params else {}
+        try:
+            outs = _bind(eqn, numbers, **overrides)
+        except Exception as error:  # noqa: BLE001 - a primitive refusing integer operands: no guess
+            raise _Unknown(f"'{eqn.primitive.name}' could not be applied to element numbers ({error})") from None
     stacked = sp.vstack(pieces + [sp.csr_array((1, n), dtype=bool)], format="csr")
     result = []
     for var, out in zip(eqn.outvars, outs):
@@ -259,6 +262,64 @@ def _moves(eqn, states: list[_State], n: int) -> list[_State]:
         source[source < 0] = stacked.shape[0] - 1  # the empty row
         result.append(_State(stacked[source], None) if _inexact(var.aval) else _State(None, None))
     return result
+
+
+def _np_reshape(params, a):
+    if params.get("dimensions") is not None:
+        a = np.transpose(a, params["dimensions"])
+    return a.reshape(params["new_sizes"])
+
+
+def _np_broadcast_in_dim(params, a):
+    shape, dims = tuple(params["shape"]), tuple(params["broadcast_dimensions"])
+    expanded = [1] * len(shape)
+    for axis, dim in enumerate(dims):
+        expanded[dim] = a.shape[axis]
+    return np.broadcast_to(a.reshape(expanded), shape)
+
+
+def _np_slice(params, a):
+    strides = params.get("strides") or (1,) * a.ndim
+    return a[tuple(slice(int(lo), int(hi), int(st)) for lo, hi, st in
+                   zip(params["start_indices"], params["limit_indices"], strides))]
+
+
+def _np_pad(params, a, value):
+    """lax.pad: per dim, `interior` copies of the value between elements, then low/high (negative:
+    cropped)."""
+    fill = np.asarray(value).reshape(())
+    for axis, (low, high, interior) in enumerate(params["padding_config"]):
+        low, high, interior = int(low), int(high), int(interior)
+        length = a.shape[axis]
+        if interior and length > 1:
+            spread_shape = list(a.shape)
+            spread_shape[axis] = (length - 1) * (interior + 1) + 1
+            spread = np.full(spread_shape, fill, dtype=a.dtype)
+            index = [slice(None)] * a.ndim
+            index[axis] = slice(None, None, interior + 1)
+            spread[tuple(index)] = a
+            a = spread
+        widths = [(0, 0)] * a.ndim
+        widths[axis] = (max(low, 0), max(high, 0))
+        a = np.pad(a, widths, constant_values=fill)
+        index = [slice(None)] * a.ndim
+        index[axis] = slice(max(-low, 0), a.shape[axis] - max(-high, 0))
+        a = a[tuple(index)]
+    return a
+
+
+_NUMPY_MOVES: dict[str, Callable] = {
+    "reshape": _np_reshape,
+    "squeeze": lambda params, a: a.reshape([s for d, s in enumerate(a.shape) if d not in
+                                            {k % a.ndim for k in params["dimensions"]}]),
+    "expand_dims": lambda params, a: np.expand_dims(a, tuple(params["dimensions"])),
+    "broadcast_in_dim": _np_broadcast_in_dim,
+    "transpose": lambda params, a: np.transpose(a, params["permutation"]),
+    "rev": lambda params, a: np.flip(a, tuple(params["dimensions"])) if params["dimensions"] else a,
+    "slice": _np_slice,
+    "pad": _np_pad,
+    "concatenate": lambda params, *arrays: np.concatenate(arrays, axis=params["dimension"]),
+}
 
 
 def _select_n(eqn, states, n):
@@ -366,6 +427,38 @@ def _dot_general_matrix(eqn, k, states):
     return _matrix(rows, cols, (b * f_own * f_other, int(np.prod(shapes[k]))))
 
 
+def _scatter_add(eqn, states, n):
+    """out = operand + the updates added at constant indices: each output element depends on its
+    operand element and on the updates that land on it. Where each update lands is read off the
+    transpose of the scatter (a gather) applied to the output's element numbers (+1; 0: dropped)."""
+    import jax
+
+    operand, indices, updates = states
+    if indices.value is None:
+        raise _Unknown("scatter-add with indices that depend on the input")
+    out_aval, update_aval = eqn.invars[0].aval, eqn.invars[2].aval
+    size, count = _size(out_aval), _size(update_aval)
+    dtype = np.float32 if size < 2**24 else np.float64
+    if dtype == np.float64 and not jax.config.jax_enable_x64:
+        raise _Unknown("scatter-add into more than 2^24 elements without x64")
+    subfuns, params = eqn.primitive.get_bind_params(eqn.params)
+    index_values = indices.value.get()
+    from jax._src.core import eval_context
+
+    def scatter(values):
+        return eqn.primitive.bind(*subfuns, jax.numpy.zeros(out_aval.shape, dtype), index_values, values, **params)
+    with eval_context():
+        numbers = jax.numpy.arange(1, size + 1, dtype=dtype).reshape(out_aval.shape)
+        (landing,) = jax.linear_transpose(scatter, jax.ShapeDtypeStruct(update_aval.shape, dtype))(numbers)
+    target = np.asarray(landing).ravel().astype(np.int64) - 1
+    total = operand.dep
+    if updates.dep is not None:
+        kept = target >= 0
+        spread = (_matrix(target[kept], np.arange(count)[kept], (size, count)) @ updates.dep).tocsr()
+        total = spread if total is None else total + spread
+    return [_State(total, None)]
+
+
 def _call(jaxpr_param: str, closed: bool = True):
     def rule(eqn, states, n):
         inner = eqn.params[jaxpr_param]
@@ -390,13 +483,14 @@ def _custom_jvp(eqn, states, n):
     this one equation, primals as constants of unknown value, tangents carrying the operands'
     dependencies. Its tangent outputs depend on the input as the equation's outputs do."""
     import jax
-    from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxpr_as_fun
 
     invars = list(eqn.invars)
-    if any(isinstance(atom, Literal) for atom in invars) or len(set(invars)) != len(invars) \
-            or any(type(var).__name__ == "DropVar" for var in eqn.outvars):
-        raise _Unknown("custom_jvp_call with literal, repeated or dropped operands")
-    one = jaxpr_as_fun(ClosedJaxpr(Jaxpr([], invars, list(eqn.outvars), [eqn]), []))
+    subfuns, params = eqn.primitive.get_bind_params(eqn.params)
+
+    def one(*values):
+        out = eqn.primitive.bind(*subfuns, *values, **params)
+        return list(out) if eqn.primitive.multiple_results else [out]
+
     differentiable = [k for k, atom in enumerate(invars) if _inexact(atom.aval)]
 
     def tangent_outputs(primals, tangents):
@@ -448,5 +542,6 @@ RULES: dict[str, Callable] = {
     "remat": _call("jaxpr", closed=False),
     "checkpoint": _call("jaxpr", closed=False),
     "cond": _cond,
+    "scatter-add": _scatter_add,
     "custom_jvp_call": _custom_jvp,
 }
