@@ -317,3 +317,19 @@ def test_element_moves_in_numpy_match_lax(config, strides):
     params = {"start_indices": (0, 1, 0), "limit_indices": (2, 3, 4), "strides": strides}
     np.testing.assert_array_equal(sparsity._np_slice(params, numbers),
                                   np.asarray(jax.lax.slice(jnp.asarray(numbers), (0, 1, 0), (2, 3, 4), strides)))
+
+
+def test_under_vmap_and_with_a_closed_over_traced_matrix():
+    """Inside vmap, x is a batch tracer: the analysis sees its per-example shape. A matrix closed
+    over from an outer jit is a tracer, its zeros unknown: every entry it may reach is kept."""
+    rng = np.random.default_rng(6)
+    A = np.where(rng.random((5, N)) < 0.4, rng.standard_normal((5, N)), 0.0)
+    batch = jnp.asarray(rng.standard_normal((2, N)))
+    f = lambda z: jnp.asarray(A) @ jnp.sin(z)  # noqa: E731
+    values = jax.vmap(lambda v: sj.jacobian(f, v).to_dense())(batch)
+    for k in range(2):
+        np.testing.assert_allclose(np.asarray(values[k]), np.asarray(jax.jacfwd(f)(batch[k])), **TOL)
+    traced = jax.jit(lambda v, matrix: sj.jacobian(lambda z: matrix @ jnp.sin(z), v).to_dense())(batch[0],
+                                                                                                 jnp.asarray(A))
+    np.testing.assert_allclose(np.asarray(traced), np.asarray(jax.jacfwd(f)(batch[0])), **TOL)
+    assert mask_of(jacobian_sparsity(f, batch[0]).pattern).sum() == (A != 0).sum()  # a concrete A: its zeros

@@ -96,7 +96,7 @@ def _recover(pattern: CSRPattern, kind: str, products: Callable, x, check: bool 
     import jax
     import jax.numpy as jnp
 
-    seeds, gather = _plan_arrays(pattern, kind, x.dtype)
+    seeds, gather = _seeds(pattern, kind, x.dtype)
     if check:
         probe = _probe_vector(pattern, x.dtype)
         seeds = jnp.concatenate([seeds, probe[None, :]])
@@ -159,23 +159,49 @@ def _checked(matrix: SparseMatrix, expected, probe) -> SparseMatrix:
     return matrix
 
 
-def _plan_arrays(pattern: CSRPattern, kind: str, dtype) -> tuple:
-    """(seeds (colours, n), gather) as JAX arrays, kept on the pattern per (kind, dtype): a call
-    outside jit would otherwise build and transfer both again (56 + 40 MB for the Poisson residual
-    at n = 10^6). Made concrete even while tracing (ensure_compile_time_eval), so never a tracer."""
+def _plan_arrays(pattern: CSRPattern, kind: str) -> tuple:
+    """(colours (n,) in the smallest integer type, number of colours, gather) as JAX arrays, kept
+    on the pattern per kind: a call outside jit would otherwise build and transfer them again.
+    Under jit they are constants of the compiled computation, whose compile time grows with their
+    bytes (n = 10^6: a (colours, n) float64 seed matrix took ~1 s of XLA compile, int8 colours
+    0.15 s), so the seeds are built from the colours inside the computation. Made concrete even
+    while tracing (ensure_compile_time_eval), so never a tracer."""
     import jax
     import jax.numpy as jnp
 
     cache = pattern.__dict__.setdefault("_jax_plan_arrays", {})
-    key = (kind, np.dtype(dtype).str, jax.config.jax_enable_x64)
+    key = (kind, jax.config.jax_enable_x64)
     if key not in cache:
         colours, gather = compression_plan(pattern, kind)
         n_colours = int(colours.max()) + 1
         small = n_colours * pattern.shape[0] < 2**31  # int32 gathers where they fit (faster on CPU)
+        colour_type = np.int8 if n_colours <= 127 else np.int16 if n_colours <= 32767 else np.int32
         with jax.ensure_compile_time_eval():
-            cache[key] = (jnp.asarray(colours[None, :] == np.arange(n_colours)[:, None], dtype=dtype),
+            cache[key] = (jnp.asarray(colours.astype(colour_type)), n_colours,
                           jnp.asarray(gather.astype(np.int32) if small else gather))
     return cache[key]
+
+
+#: Seed matrices up to this many entries are kept as constants (a few us faster per call at
+#: n <= 4,096 than building them in the computation); larger ones are built from the colours.
+SEED_CONSTANT_MAX_ENTRIES = 2**20
+
+
+def _seeds(pattern: CSRPattern, kind: str, dtype) -> tuple:
+    """(seeds (colours, n) of `dtype`, gather): a kept constant where small, else built from
+    the colours inside the computation (see `_plan_arrays`)."""
+    import jax
+    import jax.numpy as jnp
+
+    colours, n_colours, gather = _plan_arrays(pattern, kind)
+    if n_colours * pattern.shape[1] > SEED_CONSTANT_MAX_ENTRIES:
+        return (colours[None, :] == jnp.arange(n_colours, dtype=colours.dtype)[:, None]).astype(dtype), gather
+    cache = pattern.__dict__.setdefault("_jax_seeds", {})
+    key = (kind, np.dtype(dtype).str, jax.config.jax_enable_x64)
+    if key not in cache:
+        with jax.ensure_compile_time_eval():
+            cache[key] = (colours[None, :] == jnp.arange(n_colours, dtype=colours.dtype)[:, None]).astype(dtype)
+    return cache[key], gather
 
 
 def _structural(analysis, shape: tuple[int, int]) -> CSRPattern | None:

@@ -81,7 +81,9 @@ def _analyse_closed(closed, n: int) -> Sparsity:
     except _Unknown as unknown:
         return Sparsity(None, str(unknown))
     size = int(np.prod(closed.jaxpr.outvars[0].aval.shape))
-    return Sparsity(_rows(out, size, n).tocsr(), None)
+    pattern = _rows(out, size, n).tocsr()
+    pattern.sum_duplicates()
+    return Sparsity(pattern, None)
 
 
 class _Value:
@@ -464,6 +466,8 @@ def _call(jaxpr_param: str, closed: bool = True):
         inner = eqn.params[jaxpr_param]
         if closed:
             return _analyse(inner.jaxpr, inner.consts, states, n)
+        if inner.constvars:
+            raise _Unknown(f"'{eqn.primitive.name}' with an inner jaxpr holding constants")
         return _analyse(inner, [], states, n)
     return rule
 
@@ -544,4 +548,5 @@ RULES: dict[str, Callable] = {
     "cond": _cond,
     "scatter-add": _scatter_add,
     "custom_jvp_call": _custom_jvp,
+    "debug_callback": lambda eqn, states, n: [_State(None, None) for _ in eqn.outvars],  # (prints only)
 }
