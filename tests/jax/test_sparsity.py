@@ -64,9 +64,10 @@ def _reshape(arrays, rng):
 
 def _unary(arrays, rng):
     a = _last(arrays, rng)
+    # (no float32 round trip: compressed sums of columns would round where single columns do not)
     ops = [jnp.sin, jnp.exp, jnp.tanh, lambda z: z ** 3, lambda z: jnp.log1p(z * z), jax.nn.relu,
            jax.nn.softplus, lambda z: jnp.sqrt(z * z + 1.0), lambda z: jax.lax.stop_gradient(z) * z,
-           lambda z: jax.jit(lambda w: jnp.cos(w) * w)(z), lambda z: z.astype(jnp.float32).astype(jnp.float64)]
+           lambda z: jax.jit(lambda w: jnp.cos(w) * w)(z), lambda z: (z > 0).astype(z.dtype) * z]
     return ops[rng.integers(len(ops))](a)
 
 
@@ -110,7 +111,12 @@ def _sparse_dot(arrays, rng):
 
 def _move(arrays, rng):
     a = _last(arrays, rng)
-    kind = int(rng.integers(5))
+    kind = int(rng.integers(6))
+    if kind == 5:  # a scatter at constant indices (repeated ones too)
+        flat = _flat(a)
+        idx = jnp.asarray(rng.integers(0, flat.shape[0], size=3))
+        update = jnp.sin(_flat(_last(arrays, rng))[:3])
+        return flat.at[idx].set(update) if update.shape[0] == 3 else flat.at[idx].add(update[0])
     if kind == 0:
         return a.T
     if kind == 1:
@@ -159,7 +165,7 @@ def mask_of(pattern):
     return pattern.toarray().astype(bool)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs, seed=st.integers(0, 2**16))
 def test_structural_pattern_holds_every_nonzero_and_the_colouring_jacobian_is_exact(program, seed):
     f = build(program)
@@ -177,7 +183,7 @@ def test_structural_pattern_holds_every_nonzero_and_the_colouring_jacobian_is_ex
     np.testing.assert_allclose(np.asarray(J), np.asarray(dense_at(x)), **TOL)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=twice_differentiable, seed=st.integers(0, 2**16))
 def test_structural_hessian_pattern_holds_every_nonzero(program, seed):
     inner = build(program)

@@ -429,26 +429,28 @@ def _dot_general_matrix(eqn, k, states):
     return _matrix(rows, cols, (b * f_own * f_other, int(np.prod(shapes[k]))))
 
 
-def _scatter_add(eqn, states, n):
-    """out = operand + the updates added at constant indices: each output element depends on its
-    operand element and on the updates that land on it. Where each update lands is read off the
-    transpose of the scatter (a gather) applied to the output's element numbers (+1; 0: dropped)."""
+def _scatter(eqn, states, n):
+    """scatter, scatter-add/-sub/-mul/-min/-max at constant indices: each output element depends
+    on its operand element and on the updates that land on it (for scatter, the one that wins
+    among them: the union holds it). Where each update lands is read off the transpose of a
+    scatter-add with the same indices (a gather) applied to the output's element numbers (+1;
+    0: dropped)."""
     import jax
+    from jax._src.core import eval_context
 
     operand, indices, updates = states
     if indices.value is None:
-        raise _Unknown("scatter-add with indices that depend on the input")
+        raise _Unknown(f"{eqn.primitive.name} with indices that depend on the input")
     out_aval, update_aval = eqn.invars[0].aval, eqn.invars[2].aval
     size, count = _size(out_aval), _size(update_aval)
     dtype = np.float32 if size < 2**24 else np.float64
     if dtype == np.float64 and not jax.config.jax_enable_x64:
-        raise _Unknown("scatter-add into more than 2^24 elements without x64")
-    subfuns, params = eqn.primitive.get_bind_params(eqn.params)
+        raise _Unknown(f"{eqn.primitive.name} into more than 2^24 elements without x64")
     index_values = indices.value.get()
-    from jax._src.core import eval_context
 
     def scatter(values):
-        return eqn.primitive.bind(*subfuns, jax.numpy.zeros(out_aval.shape, dtype), index_values, values, **params)
+        return jax.lax.scatter_add(jax.numpy.zeros(out_aval.shape, dtype), index_values, values,
+                                   eqn.params["dimension_numbers"], mode=eqn.params["mode"])
     with eval_context():
         numbers = jax.numpy.arange(1, size + 1, dtype=dtype).reshape(out_aval.shape)
         (landing,) = jax.linear_transpose(scatter, jax.ShapeDtypeStruct(update_aval.shape, dtype))(numbers)
@@ -546,7 +548,7 @@ RULES: dict[str, Callable] = {
     "remat": _call("jaxpr", closed=False),
     "checkpoint": _call("jaxpr", closed=False),
     "cond": _cond,
-    "scatter-add": _scatter_add,
+    **{name: _scatter for name in "scatter scatter-add scatter-sub scatter-mul scatter-min scatter-max".split()},
     "custom_jvp_call": _custom_jvp,
     "debug_callback": lambda eqn, states, n: [_State(None, None) for _ in eqn.outvars],  # (prints only)
 }
