@@ -164,7 +164,7 @@ def _plan_arrays(pattern: CSRPattern, kind: str) -> tuple:
     on the pattern per kind: a call outside jit would otherwise build and transfer them again.
     Under jit they are constants of the compiled computation, whose compile time grows with their
     bytes (n = 10^6: a (colours, n) float64 seed matrix took ~1 s of XLA compile, int8 colours
-    0.15 s), so the seeds are built from the colours inside the computation. Made concrete even
+    0.15 s), so large seed matrices are built from the colours inside it (`_seeds`). Made concrete even
     while tracing (ensure_compile_time_eval), so never a tracer."""
     import jax
     import jax.numpy as jnp
@@ -216,7 +216,7 @@ def _structural(analysis, shape: tuple[int, int]) -> CSRPattern | None:
     indptr, indices = matrix.indptr.astype(np.int64), matrix.indices.astype(np.int64)
     key = (shape, hashlib.blake2b(indptr.tobytes() + indices.tobytes(), digest_size=16).digest())
     if key not in _STRUCTURES:
-        if len(_STRUCTURES) >= 16:
+        if len(_STRUCTURES) >= 4:  # (each holds its colouring and plan arrays: ~100 MB at n = 10^6)
             _STRUCTURES.pop(next(iter(_STRUCTURES)))
         _STRUCTURES[key] = CSRPattern(indptr, indices, shape, check=False)
     return _STRUCTURES[key]
