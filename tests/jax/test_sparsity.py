@@ -67,7 +67,8 @@ def _unary(arrays, rng):
     # (no float32 round trip: compressed sums of columns would round where single columns do not)
     ops = [jnp.sin, jnp.exp, jnp.tanh, lambda z: z ** 3, lambda z: jnp.log1p(z * z), jax.nn.relu,
            jax.nn.softplus, lambda z: jnp.sqrt(z * z + 1.0), lambda z: jax.lax.stop_gradient(z) * z,
-           lambda z: jax.jit(lambda w: jnp.cos(w) * w)(z), lambda z: (z > 0).astype(z.dtype) * z]
+           lambda z: jax.jit(lambda w: jnp.cos(w) * w)(z), lambda z: (z > 0).astype(z.dtype) * z,
+           lambda z: jax.checkpoint(lambda w: jnp.sin(w[::-1]) * w)(z)]
     return ops[rng.integers(len(ops))](a)
 
 

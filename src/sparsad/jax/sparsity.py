@@ -547,6 +547,7 @@ RULES: dict[str, Callable] = {
     "core_call": _call("call_jaxpr", closed=False),
     "remat": _call("jaxpr", closed=False),
     "checkpoint": _call("jaxpr", closed=False),
+    "remat2": _call("jaxpr", closed=False),
     "cond": _cond,
     **{name: _scatter for name in "scatter scatter-add scatter-sub scatter-mul scatter-min scatter-max".split()},
     "custom_jvp_call": _custom_jvp,
