@@ -359,9 +359,14 @@ def jacobian_table(quick: bool) -> list[dict]:
             jax.jit(lambda v: sj.jacobian(residual_jax, v, pattern=fresh).values)(uj).block_until_ready()
             ours_jax_first_s = time.perf_counter() - start
             ours_jax = jax.jit(lambda v: sj.jacobian(residual_jax, v, pattern=structure).values)
+            start = time.perf_counter()  # pattern=None: the structural pattern of the jaxpr, at trace time
+            ours_jax_auto = jax.jit(lambda v: sj.jacobian(residual_jax, v).values)
+            ours_jax_auto(uj).block_until_ready()
+            ours_jax_auto_first_s = time.perf_counter() - start
             f_jax = jax.jit(residual_jax)
             jvp_jax = jax.jit(lambda v, t: jax.jvp(residual_jax, (v,), (t,))[1])  # t an argument, not folded
             jax_contenders = {"ours": lambda: ours_jax(uj).block_until_ready(),
+                              "ours_auto": lambda: ours_jax_auto(uj).block_until_ready(),
                               "f": lambda: f_jax(uj).block_until_ready(),
                               "jvp": lambda: jvp_jax(uj, tj).block_until_ready()}
             if dense_runs:
@@ -388,6 +393,8 @@ def jacobian_table(quick: bool) -> list[dict]:
                      "bound_torch": dense_s / times["f"],
                      "f_jax_jit_s": jax_times["f"], "jvp_jax_jit_s": jax_times["jvp"],
                      "ours_jax_jit_s": jax_times["ours"], "ours_jax_first_s": ours_jax_first_s,
+                     "ours_jax_auto_jit_s": jax_times["ours_auto"], "ours_jax_auto_first_s": ours_jax_auto_first_s,
+                     "dense_jax_over_ours_jax_auto": dense_jax_s / jax_times["ours_auto"],
                      "sparsejac_jit_s": sparsejac_s,
                      "dense_jax_jacfwd_jit_s": dense_jax_s,
                      "dense_jax_over_ours_jax": dense_jax_s / jax_times["ours"],
