@@ -336,10 +336,6 @@ def jacobian_table(quick: bool) -> list[dict]:
             if state is not None and state.refused:  # refused (it warned)
                 break
             time.sleep(0.05)  # (the compiled code is loaded by a thread of this process)
-        # steady state: served by the compiled code alone, the pattern proven to hold f's structure
-        # (no probe product per call)
-        steady = coarsened_module.steady(residual, structure)
-        proven = steady is not None and steady.proven_last
         contenders.update({"ours": lambda: jacobian(residual, u, pattern=structure),
                            "ours_detected": lambda: jacobian(residual, u),
                            "ours_reverse": lambda: jacobian(residual, u, pattern=structure, mode="reverse"),
@@ -354,6 +350,10 @@ def jacobian_table(quick: bool) -> list[dict]:
                     raise AssertionError(f"colouring Jacobian (mode {mode}) differs from dense jacfwd at n = {n}")
         times = interleaved_medians(contenders, rounds=25 if n <= 65536 else 5, budget_s=30,
                                     block=4 if n <= 65536 else 2)
+        # the timed calls' steady state: served by the compiled code alone, the pattern proven to hold
+        # f's structure (no probe product per call)
+        steady = coarsened_module.steady(residual, structure)
+        proven = steady is not None and steady.proven_last
         nan = float("nan")
         dense_s = min(times.get("dense", nan), times.get("dense_vectorized", nan))
         dense_jax_s = sparsejac_s = nan

@@ -332,6 +332,12 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
         ready_call = entry[1] if entry is not None and len(args) >= n_params and entry[0].current() else None
         if ready_only and ready_call is None:
             return None
+        many = getattr(ready_call, "many", None)
+        calls = many(position) if many is not None and 0 <= position < len(args) else None
+        if calls is not None:  # (the other arguments converted once for all values)
+            out = calls(args, values)
+            if out is not _MISS:
+                return (out, entry[0]) if ready_only else out
         out, like = [], args[position]
         for value in values:
             call = args[:position] + (value,) + args[position + 1:]

@@ -335,6 +335,8 @@ class Steady:
 
 def steady(f: Callable, pattern_arg) -> Steady | None:
     """The steady state kept for f with this pattern argument (a CSRPattern, SparseMatrix or None)."""
+    if type(f) is not types.FunctionType:  # (only functions are coarsened; other callables may not hash)
+        return None
     if type(pattern_arg) is SparseMatrix:
         pattern_arg = pattern_arg._pattern
     elif pattern_arg is not None and type(pattern_arg) is not CSRPattern:
