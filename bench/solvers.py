@@ -259,7 +259,10 @@ def jacobian_table(quick: bool) -> list[dict]:
     fits) and sparsejac (JAX). JAX columns are steady-state jitted calls (the pattern is static,
     so colouring happens at trace time, as in sparsejac). Torch "ours" is timed in its steady
     state: coarsening has traced f and compiled its gradient before (`ours_coarsened` says whether
-    the compiled code served the calls). Medians of contenders taking turns.
+    the compiled code served the calls; `ours_proven` whether the pattern was proven to hold the
+    structure read off coarsening's graph, so that no probe product ran). `ours_torch_detected_s`
+    is pattern=None, the pattern being that structure (no dense Jacobians, also at n = 10^6).
+    Medians of contenders taking turns.
 
     The lower bound: any method that evaluates f in PyTorch evaluates it at least once, so dense /
     (one evaluation of f) is the largest speedup over dense that such a method can reach

@@ -21,9 +21,6 @@ Example:
 from __future__ import annotations
 
 import os
-import re
-import types
-import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -321,13 +318,17 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
              mode: str = "auto", check: bool = True) -> SparseMatrix:
     """The Jacobian of f: R^n -> R^m at x as a SparseMatrix, by colouring and compressed products.
 
-    `pattern` gives the structural nonzeros (recommended; required for large n); without it the
-    pattern is detected from dense Jacobians at x and two random points (guarded by size). A given
-    pattern is checked (`check=True`, the default) by one more product with a fixed probe vector: a
-    nonzero outside it raises InputError (inside torch.func.vmap: NaN entries) rather than giving a
-    wrong matrix. Pass the same SparseMatrix or CSRPattern again to reuse its colourings. A detected
-    pattern is exact at x; reused at another point where f's sparsity differs (a relu, `where` or
-    branch inactive at all three detection points) the check raises.
+    `pattern` gives the structural nonzeros. Without it, for a Python function coarsening can trace
+    on CPU, the pattern is f's structure read off coarsening's graph (`sparsad.coarsen.dependencies`:
+    for each output, every input it can depend on, whatever x; no dense Jacobian, so any n);
+    otherwise it is detected from dense Jacobians at x and two random points (guarded by size),
+    exact at x only. A given pattern is checked (`check=True`, the default) by one more product
+    with a fixed probe vector: a nonzero outside it raises InputError (inside torch.func.vmap: NaN
+    entries) rather than giving a wrong matrix; where coarsening's compiled code serves the call and
+    the pattern holds f's structure (proven once per traced version of f), the probe is skipped.
+    Pass the same SparseMatrix or CSRPattern again to reuse its colourings (and the proof). A
+    densely detected pattern reused at another point where f's sparsity differs (a relu, `where` or
+    branch inactive at all three detection points) makes the check raise.
 
     `mode`: "forward" (JVPs, one per colour of the columns), "reverse" (VJPs, one per colour of the
     rows, after one evaluation of f), or "auto" (default): the one with fewer colours; on a tie
