@@ -52,7 +52,7 @@ AUTO_COARSEN_WAIT_S = 0.05
 
 AUTO_TABLE = 64
 COARSENED_FUNCTIONS = 16
-STRUCTURES_KEPT = 64
+STRUCTURES_KEPT = 16  # (a structure at n = 10^6 holds 5M entries: about 40 MB)
 
 NOT_READY = object()  # `products` in mode "auto": coarsening's compiled code is not ready yet
 
@@ -154,7 +154,13 @@ def _structure_entry(plan) -> tuple:
     structure = None if found is None else dependencies(*found)
     if len(_STRUCTURES) >= STRUCTURES_KEPT:
         _STRUCTURES.clear()
-    entry = _STRUCTURES[id(plan)] = (weakref.ref(plan), structure, None)
+    key = id(plan)
+
+    def forget(ref):  # the plan is gone (coarsening keeps a few per signature): so is its structure
+        if _STRUCTURES.get(key, (None,))[0] is ref:
+            _STRUCTURES.pop(key, None)
+
+    entry = _STRUCTURES[key] = (weakref.ref(plan, forget), structure, None)
     return entry
 
 
