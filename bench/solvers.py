@@ -259,7 +259,10 @@ def jacobian_table(quick: bool) -> list[dict]:
     fits) and sparsejac (JAX). JAX columns are steady-state jitted calls (the pattern is static,
     so colouring happens at trace time, as in sparsejac). Torch "ours" is timed in its steady
     state: coarsening has traced f and compiled its gradient before (`ours_coarsened` says whether
-    the compiled code served the calls). Medians of contenders taking turns.
+    the compiled code served the calls; `ours_proven` whether the pattern was proven to hold the
+    structure read off coarsening's graph, so that no probe product ran). `ours_torch_detected_s`
+    is pattern=None, the pattern being that structure (no dense Jacobians, also at n = 10^6).
+    Medians of contenders taking turns.
 
     The lower bound: any method that evaluates f in PyTorch evaluates it at least once, so dense /
     (one evaluation of f) is the largest speedup over dense that such a method can reach
@@ -287,7 +290,7 @@ def jacobian_table(quick: bool) -> list[dict]:
         sparsejac = None
     from sparsad.coarsen import tiers
 
-    jacobian_module = sys.modules["sparsad.torch.jacobian"]
+    coarsened_module = sys.modules["sparsad.torch._jacobian_coarsened"]
     rows = []
     compression_plan(SparseMatrix.from_scipy(_poisson_pattern(3)).pattern)  # load the compiled kernel first
     sides = [16, 32, 64, 1000] if quick else [16, 32, 64, 128, 256, 1000]
@@ -329,25 +332,31 @@ def jacobian_table(quick: bool) -> list[dict]:
         coarsened, warm_until = False, time.perf_counter() + 180
         while not coarsened and time.perf_counter() < warm_until:  # trace, compile, load, check: steady state
             jacobian(residual, u, pattern=structure)
+            jacobian(residual, u)  # (pattern=None: the structure read off coarsening's graph)
             tiers.wait()
-            state = jacobian_module._COARSENED.get(residual)
-            coarsened = state is not None and state[1].ready((u, torch.zeros(n, dtype=u.dtype)))
-            if state is not None and state[2]:  # refused (it warned)
+            state = coarsened_module._COARSENED.get(residual)
+            coarsened = state is not None and state.gradient.ready((u, torch.zeros(n, dtype=u.dtype)))
+            if state is not None and state.refused:  # refused (it warned)
                 break
             time.sleep(0.05)  # (the compiled code is loaded by a thread of this process)
         contenders.update({"ours": lambda: jacobian(residual, u, pattern=structure),
+                           "ours_detected": lambda: jacobian(residual, u),
                            "ours_reverse": lambda: jacobian(residual, u, pattern=structure, mode="reverse"),
                            "ours_forward": lambda: jacobian(residual, u, pattern=structure, mode="forward"),
                            "ours_first": lambda: jacobian(residual, u, pattern=pattern),
                            "f": lambda: residual(u), "jvp": lambda: torch.func.jvp(residual, (u,), (tangent,)),
                            "vjp": one_vjp})
         if dense_runs:
-            for mode in ("auto", "reverse"):
-                check = jacobian(residual, u, pattern=structure, mode=mode).to_dense()
+            for mode, given in (("auto", structure), ("reverse", structure), ("auto", None)):
+                check = jacobian(residual, u, pattern=given, mode=mode).to_dense()
                 if not torch.allclose(check, torch.func.jacfwd(residual)(u), rtol=1e-12, atol=1e-12):
                     raise AssertionError(f"colouring Jacobian (mode {mode}) differs from dense jacfwd at n = {n}")
         times = interleaved_medians(contenders, rounds=25 if n <= 65536 else 5, budget_s=30,
                                     block=4 if n <= 65536 else 2)
+        # the timed calls' steady state: served by the compiled code alone, the pattern proven to hold
+        # f's structure (no probe product per call)
+        steady = coarsened_module.steady(residual, structure)
+        proven = steady is not None and steady.proven_last
         nan = float("nan")
         dense_s = min(times.get("dense", nan), times.get("dense_vectorized", nan))
         dense_jax_s = sparsejac_s = nan
@@ -382,7 +391,8 @@ def jacobian_table(quick: bool) -> list[dict]:
         rows.append({"n": n, "colours_columns": column_colours, "colours_rows": row_colours,
                      "colouring_s": colouring_s,
                      "f_torch_s": times["f"], "jvp_torch_s": times["jvp"], "vjp_torch_s": times["vjp"],
-                     "ours_torch_s": times["ours"], "ours_coarsened": coarsened,
+                     "ours_torch_s": times["ours"], "ours_coarsened": coarsened, "ours_proven": proven,
+                     "ours_torch_detected_s": times["ours_detected"],
                      "ours_torch_reverse_s": times["ours_reverse"], "ours_torch_forward_s": times["ours_forward"],
                      "ours_torch_first_s": times["ours_first"],
                      "dense_torch_jacfwd_s": times.get("dense", nan),

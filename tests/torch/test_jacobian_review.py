@@ -43,12 +43,24 @@ def test_a_detected_pattern_reused_for_a_changed_function_or_point_raises():
     with pytest.raises(InputError, match="outside `pattern`"):  # f changed, pattern kept
         st.jacobian(lambda z: tridiagonal(z) + z.roll(2), x, pattern=J)
 
-    def gated(z):  # z[i + 1] enters row i only where z[i] > 1000
-        return z * z + torch.nn.functional.pad(torch.where(z[:-1] > 1000, z[1:], 0.0), (0, 1))
+    def gated(z):  # z[i + 1] enters row i only where z[i] > 1000 (a gather: coarsening refuses it,
+        # so the pattern is detected from dense Jacobians)
+        return z * z + torch.nn.functional.pad(torch.where(z[:-1] > 1000, z[_NEXT], 0.0), (0, 1))
     detected = st.jacobian(gated, -torch.ones(6, dtype=f64))  # no gate opens at or near x = -1
     assert detected.nnz == 6
     with pytest.raises(InputError, match="outside `pattern`"):  # all open at 2000
         st.jacobian(gated, torch.full((6,), 2000.0, dtype=f64), pattern=detected)
+
+    def gated_slices(z):  # the same with slices: the pattern is read off coarsening's graph, both arms
+        return z * z + torch.nn.functional.pad(torch.where(z[:-1] > 1000, z[1:], 0.0), (0, 1))
+    structural = st.jacobian(gated_slices, -torch.ones(6, dtype=f64))
+    assert structural.nnz == 11  # the gates' entries included: a superset at every point
+    at = torch.full((6,), 2000.0, dtype=f64)
+    torch.testing.assert_close(st.jacobian(gated_slices, at, pattern=structural).to_dense(),
+                               torch.func.jacfwd(gated_slices)(at))
+
+
+_NEXT = torch.arange(1, 6)
 
 
 def test_hessian_checks_its_pattern_and_wants_a_scalar_function():

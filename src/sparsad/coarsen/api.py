@@ -319,21 +319,35 @@ def _gradient_function(fn: Callable, coarse: "Coarsened", nums: tuple, single: b
                 return result
         return _autodiff_gradient(coarse.fn, args, wanted, single, backend)
 
-    def batch(args: tuple, position: int, values) -> list:
+    def batch(args: tuple, position: int, values, ready_only: bool = False):
         """``[gradient(*args with args[position] = v) for v in values]`` (positional arguments; each v
         of the shape and dtype of ``args[position]``), the guards checked once for the whole batch:
-        no user code runs between its calls (the ready-made call runs generated code only)."""
+        no user code runs between its calls (the ready-made call runs generated code only).
+
+        ``ready_only``: ``(gradients, plan)`` when the ready-made call of one plan, whose guards hold,
+        served every value (callers may rely on facts about that plan's graph), else None (nothing
+        else runs)."""
         key = _fast_key(args) if fast else None
         entry = fast.get(key) if key is not None else None
         ready_call = entry[1] if entry is not None and len(args) >= n_params and entry[0].current() else None
+        if ready_only and ready_call is None:
+            return None
+        many = getattr(ready_call, "many", None)
+        calls = many(position) if many is not None and 0 <= position < len(args) else None
+        if calls is not None:  # (the other arguments converted once for all values)
+            out = calls(args, values)
+            if out is not _MISS:
+                return (out, entry[0]) if ready_only else out
         out, like = [], args[position]
         for value in values:
             call = args[:position] + (value,) + args[position + 1:]
             same = type(value) is type(like) and getattr(value, "shape", None) == getattr(like, "shape", None) \
                 and getattr(value, "dtype", None) == getattr(like, "dtype", None)
             result = ready_call(call) if ready_call is not None and same else _MISS
+            if result is _MISS and ready_only:
+                return None
             out.append(gradient(*call) if result is _MISS else result)
-        return out
+        return (out, entry[0]) if ready_only else out
 
     def ready(args: tuple) -> bool:
         """Whether a call with ``args`` (positional) would run compiled code only: its signature has a

@@ -120,6 +120,13 @@ def _conversions(positions: tuple, scalars: dict) -> list[str]:
 
 def _results(picks: tuple, like: dict, single: bool, namespace: dict) -> list[str]:
     """Source lines returning the wanted gradients from ``g`` (the jitted adjoint's results)."""
+    outs = _result_expressions(picks, like, namespace)
+    if single:
+        return [f"    return {outs[0]}"]
+    return [f"    return ({', '.join(outs)},)"]
+
+
+def _result_expressions(picks: tuple, like: dict, namespace: dict) -> list[str]:
     import torch
 
     outs = []
@@ -133,9 +140,7 @@ def _results(picks: tuple, like: dict, single: bool, namespace: dict) -> list[st
                         f"and g[{j}].dtype == f64 else finish(g[{j}], a{n}, False))")
         else:
             outs.append(f"finish(g[{j}], a{n}, {scalar})")
-    if single:
-        return [f"    return {outs[0]}"]
-    return [f"    return ({', '.join(outs)},)"]
+    return outs
 
 
 def _namespace() -> dict:
@@ -164,7 +169,47 @@ def straight_call(direct: Callable, tensor_positions: tuple, picks: tuple, singl
     lines = ["def call(args):"] + _conversions(tuple(tensor_positions), scalars)
     lines.append(f"    g = direct({''.join(f'v{i}, ' for i in tensor_positions)}1.0)")
     lines += _results(picks, {n: args[n] for _, n, _ in picks}, single, namespace)
-    return _compile(lines, namespace, "straight")
+    call = _compile(lines, namespace, "straight")
+    batches: dict = {}
+
+    def many(position: int):
+        """``calls(args, values)``: ``[call(args with args[position] = v) for v in values]`` with the other
+        arguments converted once (``MISS`` when any value is not a CPU tensor like ``args[position]``);
+        None where ``position`` is not a tensor of more than 0 dimensions."""
+        if position not in batches:
+            batches[position] = _straight_batch(direct, tuple(tensor_positions), picks, single, args, position,
+                                                views) if position in scalars and not scalars[position] else None
+        return batches[position]
+
+    call.many = many
+    return call
+
+
+def _straight_batch(direct: Callable, tensor_positions: tuple, picks: tuple, single: bool, args: tuple,
+                    position: int, views: "TensorViews") -> Callable:
+    scalars = {i: args[i].dim() == 0 for i in tensor_positions}
+    namespace = dict(_namespace(), direct=direct, lookup=views.lookup, view=views.get)
+    namespace["like_shape"], namespace["like_dtype"] = args[position].shape, args[position].dtype
+    others = tuple(i for i in tensor_positions if i != position)
+    lines = ["def call(args, values):"] + _conversions(others, scalars)
+    p = position
+    results = _result_expressions(picks, {n: args[n] for _, n, _ in picks}, namespace)
+    lines += ["    out = []",
+              f"    for a{p} in values:",
+              f"        if not (type(a{p}) is Tensor and a{p}.is_cpu and a{p}.shape == like_shape "
+              f"and a{p}.dtype == like_dtype):",
+              "            return MISS",
+              f"        e = lookup(id(a{p}))",
+              f"        if e is not None and e[0]() is a{p} and e[1] == a{p}.data_ptr() and e[2] == a{p}.stride():",
+              f"            v{p} = e[3]",
+              "        else:",
+              f"            v{p} = view(a{p})",
+              f"            if v{p} is MISS:",
+              "                return MISS",
+              f"        g = direct({''.join(f'v{i}, ' for i in tensor_positions)}1.0)",
+              f"        out.append({results[0] if single else '(' + ', '.join(results) + ',)'})",
+              "    return out"]
+    return _compile(lines, namespace, "straight_batch")
 
 
 def recorded_call(plan, primal, wrt: tuple, picks: tuple, single: bool, args: tuple) -> Callable:

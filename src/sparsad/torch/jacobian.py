@@ -21,9 +21,6 @@ Example:
 from __future__ import annotations
 
 import os
-import re
-import types
-import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -233,153 +230,10 @@ def _engine_batching():
 _ENGINE_BATCHING = _engine_batching()
 
 
-def _coarsened(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern,
-               probe: torch.Tensor | None = None, mode: str = "coarsen"):
-    """Compressed VJPs from `sparsad.coarsen`: the gradient of sum(w * f(x)) in x, generated
-    symbolically and compiled once per signature, called once per row colour with that colour's
-    seed as w. Coarsening guards every value the trace read (f's code and defaults, its globals and
-    closure cells, by content or identity), so a changed f or a changed value it reads gives a new
-    trace, never a stale result. None when coarsening refuses f (after a warning naming f's line):
-    the caller takes compressed autograd VJPs instead. With `probe` (a vector over the rows), its
-    VJP is one more call of the same compiled gradient and (matrix, probe @ J) is returned, for the
-    pattern check (`_probe.checked`), as `_reverse` does.
-
-    mode "auto" takes only the compiled products: until coarsening's code is ready for this
-    signature, each call makes one gradient call (which traces, starts the compile, or checks the
-    compiled code) and returns NOT_READY, and the caller takes its own batched VJPs."""
-    from sparsad.coarsen import CoarsenFallbackWarning
-
-    if not isinstance(f, types.FunctionType):
-        _coarsen_refused(f, f"mode='coarsen' needs a Python function, got {type(f).__name__}", mode)
-        return None
-    state = _COARSENED.pop(f, None)
-    if state is None:
-        import sparsad.coarsen as coarsen
-
-        def weighted_sum(x, w):
-            y = f(1 * x)  # f gets a tensor of its own (autograd's leaf stays unchanged)
-            if y.shape != w.shape:  # (static while tracing: a traced f whose y would broadcast is refused)
-                raise ShapeError("f's output does not have the pattern's rows")
-            return torch.sum(w * y)
-
-        weighted_sum.__name__ = weighted_sum.__qualname__ = f"weighted_sum_of_{f.__name__}"
-        coarse = coarsen.Coarsened(weighted_sum)
-        state = (coarse, coarsen.grad(coarse, argnums=0), set(), set())
-    _COARSENED[f] = state  # (the most recently used last)
-    if len(_COARSENED) > COARSENED_FUNCTIONS:
-        _COARSENED.pop(next(iter(_COARSENED)), None)
-    coarse, gradient, refused, served = state
-    signature = (x.shape, x.dtype, x.device, pattern.shape[0])
-    if signature in refused:
-        return None
-    colours, gather = compression_plan(pattern, "reverse")
-    seeds = _colour_seeds(pattern, colours, x)
-    if probe is not None:
-        seeds = seeds + [probe]
-    # x itself: the wrapper hands f a copy (`1 * x`) wherever f runs, and coarsening keeps a NumPy
-    # view per tensor object (a fresh detached tensor per call would need a new one)
-    point = x.detach() if x.requires_grad else x
-    disabled = len(coarse._disabled)
-    warming = mode == "auto" and not gradient.ready((point, seeds[0]))
-    if signature in served and not warming:  # (coarsening has warned, if ever, on this signature's first call)
-        rows = gradient.batch((point, seeds[0]), 1, seeds)  # (its guards checked once for all seeds)
-    else:
-        rows = []
-        with warnings.catch_warnings(record=True) as caught:  # (coarsening warns once per signature it refuses)
-            warnings.simplefilter("always", CoarsenFallbackWarning)
-            try:
-                for seed in seeds[:1] if warming else seeds:
-                    rows.append(gradient(point, seed))
-                    if len(coarse._disabled) > disabled:  # refused: its gradients came from plain autograd
-                        break
-            except Exception:  # f failed under autograd (e.g. its output does not fit the pattern's rows):
-                return None    # reverse mode runs it again and raises the error in full
-        for warning in caught:
-            if issubclass(warning.category, CoarsenFallbackWarning):
-                _coarsen_refused(f, str(warning.message), mode)
-            else:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    if len(coarse._disabled) > disabled:  # refused now, or the machinery failed later (it warned)
-        refused.add(signature)
-        return None
-    served.add(signature)
-    if warming:
-        return NOT_READY
-    if probe is None:
-        return _gathered(pattern, "reverse", torch.stack(rows), gather, x)
-    return _gathered(pattern, "reverse", torch.stack(rows[:-1]), gather, x), rows[-1]
-
-
-NOT_READY = object()  # `_coarsened` in mode "auto": coarsening's compiled code is not ready yet
-
-
-def _coarsen_refused(f: Callable, message: str, mode: str = "coarsen") -> None:
-    """Coarsening's fallback warning, attributed to f's line: coarsening names the wrapper it traced
-    (in this file) with the line number of the construct it refused, which is f's when it lies in
-    f's source, else (a construct of the wrapper, or of a helper elsewhere) f's first line is named."""
-    from sparsad.coarsen import CoarsenFallbackWarning
-
-    code = getattr(f, "__code__", None)
-    filename = code.co_filename if code is not None else "<unknown>"
-    first = code.co_firstlineno if code is not None else 0
-    last = max((line for _, _, line in code.co_lines() if line is not None), default=first) if code else first
-    match = re.search(r":(\d+): (.*)$", message)
-    line, reason = (int(match.group(1)), match.group(2)) if match else (first, message)
-    if not first <= line <= last:
-        line = first
-    warnings.warn_explicit(f"sparsad.torch.jacobian(mode={mode!r}): {getattr(f, '__name__', 'f')} is not coarsened "
-                           f"({filename}:{line}: {reason}); compressed autograd VJPs instead",
-                           CoarsenFallbackWarning, filename, line)
-
-
-def _colour_seeds(pattern: CSRPattern, colours: np.ndarray, x: torch.Tensor) -> list[torch.Tensor]:
-    """Each row colour's seed as a tensor of its own (a row of the stacked seeds would be a new view
-    object per call, which coarsening's calls convert to NumPy again); never handed to user code."""
-    cache = pattern.__dict__.setdefault("_torch_colour_seeds", {})
-    key = (x.dtype, x.device)
-    if key not in cache:
-        cache[key] = [seed.clone() for seed in _seeds(pattern, "reverse", colours, x)]
-    return cache[key]
-
-
-#: mode="auto" takes coarsening's compiled products for a Python function f from this many earlier
-#: calls with the same f, x's shape/dtype/device and pattern rows on (see `_hot`).
-AUTO_COARSEN_AFTER = 2
-
-#: mode="auto": wall seconds a call waits for coarsening's symbolic work (tracing, differentiating)
-#: before it goes on in the background; that call's products come from autograd meanwhile.
-AUTO_COARSEN_WAIT_S = 0.05
-
-_CALLS: dict = {}  # (f, signature) -> calls seen in mode "auto" (the AUTO_TABLE used last)
-AUTO_TABLE = 64
-
-
-def _hot(f: Callable, x: torch.Tensor, pattern: CSRPattern) -> bool:
-    """Whether mode "auto" coarsens f: a plain Python function on CPU, called with this signature more
-    than AUTO_COARSEN_AFTER times (one-off calls never pay for tracing and compiling), and not
-    refused by coarsening before (it warned once, naming f's line)."""
-    if not isinstance(f, types.FunctionType) or x.device.type != "cpu":
-        return False
-    signature = (x.shape, x.dtype, x.device, pattern.shape[0])
-    state = _COARSENED.get(f)
-    if state is not None:
-        if signature in state[2]:  # refused
-            return False
-        if signature in state[3]:  # served
-            return True
-    key = (f, signature)
-    seen = _CALLS.pop(key, 0) + 1
-    _CALLS[key] = seen  # (the most recently used last)
-    if len(_CALLS) > AUTO_TABLE:
-        _CALLS.pop(next(iter(_CALLS)), None)
-    return seen > AUTO_COARSEN_AFTER
-
-
-#: f -> (its coarsened weighted sum, that sum's gradient function, signatures coarsening refused,
-#: signatures it served), for the COARSENED_FUNCTIONS functions used last. Held strongly (the
-#: wrapper refers to f anyway, so weak keys would never be dropped), hence the bound.
-_COARSENED: dict = {}
-COARSENED_FUNCTIONS = 16
+# the coarsened products, the structural pattern and the steady state: `_jacobian_coarsened` (names
+# kept here for callers that reach them through this module)
+from sparsad.torch._jacobian_coarsened import (  # noqa: E402
+    AUTO_COARSEN_AFTER, AUTO_COARSEN_WAIT_S, COARSENED_FUNCTIONS, NOT_READY, _COARSENED)
 
 
 def _reverse(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern: CSRPattern,
@@ -466,13 +320,17 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
              mode: str = "auto", check: bool = True) -> SparseMatrix:
     """The Jacobian of f: R^n -> R^m at x as a SparseMatrix, by colouring and compressed products.
 
-    `pattern` gives the structural nonzeros (recommended; required for large n); without it the
-    pattern is detected from dense Jacobians at x and two random points (guarded by size). A given
-    pattern is checked (`check=True`, the default) by one more product with a fixed probe vector: a
-    nonzero outside it raises InputError (inside torch.func.vmap: NaN entries) rather than giving a
-    wrong matrix. Pass the same SparseMatrix or CSRPattern again to reuse its colourings. A detected
-    pattern is exact at x; reused at another point where f's sparsity differs (a relu, `where` or
-    branch inactive at all three detection points) the check raises.
+    `pattern` gives the structural nonzeros. Without it, for a Python function coarsening can trace
+    on CPU, the pattern is f's structure read off coarsening's graph (`sparsad.coarsen.dependencies`:
+    for each output, every input it can depend on, whatever x; no dense Jacobian, so any n);
+    otherwise it is detected from dense Jacobians at x and two random points (guarded by size),
+    exact at x only. A given pattern is checked (`check=True`, the default) by one more product
+    with a fixed probe vector: a nonzero outside it raises InputError (inside torch.func.vmap: NaN
+    entries) rather than giving a wrong matrix; where coarsening's compiled code serves the call and
+    the pattern holds f's structure (proven once per traced version of f), the probe is skipped.
+    Pass the same SparseMatrix or CSRPattern again to reuse its colourings (and the proof). A
+    densely detected pattern reused at another point where f's sparsity differs (a relu, `where` or
+    branch inactive at all three detection points) makes the check raise.
 
     `mode`: "forward" (JVPs, one per colour of the columns), "reverse" (VJPs, one per colour of the
     rows, after one evaluation of f), or "auto" (default): the one with fewer colours; on a tie
@@ -499,49 +357,59 @@ def jacobian(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, pattern
     tensor([[2., 0.],
             [0., 4.]], dtype=torch.float64)
     """
-    if mode not in ("auto", "forward", "reverse", "coarsen"):
+    probing = bool(check) and pattern is not None  # (a detected pattern is not probed)
+    if mode == "auto" or mode == "coarsen":  # the steady state: one compiled call per colour, no f in PyTorch
+        from sparsad.torch._jacobian_coarsened import steady
+
+        entry = steady(f, pattern)
+        if entry is not None and type(x) is torch.Tensor:
+            J = entry(x, probing)
+            if J is not None:
+                return J
+    elif mode not in ("forward", "reverse"):
         raise InputError(f"mode must be 'auto', 'forward', 'reverse' or 'coarsen', got {mode!r}")
     wrapped = isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x)
     x = _check_x(x)
-    given = pattern is not None
+    pattern_arg, detected = pattern, False
     if pattern is None:
         y = f(x)
         if not isinstance(y, torch.Tensor) or y.ndim != 1:
             raise InputError("f must return a 1-D tensor")
-        pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, (y.shape[0], x.shape[0]))
+        from sparsad.torch._jacobian_coarsened import structural_pattern
+
+        shape = (y.shape[0], x.shape[0])
+        pattern = structural_pattern(f, x, shape[0], mode, shape[0] * shape[1] > DETECT_MAX_ENTRIES)
+        detected = pattern is not None
+        if pattern is None:
+            pattern = _detect(lambda p: torch.func.jacfwd(f)(p), x, shape)
     pattern = _as_pattern(pattern, (None, x.shape[0]))
-    fast_f = _with_scalar_operands(f)
-    point = x.detach().clone() if given and check else None  # (f may update x in place)
     J = None
-    coarsen = mode == "coarsen" or (mode == "auto" and _hot(f, x, pattern))
-    if coarsen and not wrapped and pattern.nnz and not (x.requires_grad and torch.is_grad_enabled()):
+    if (mode == "coarsen" or mode == "auto") and not wrapped and pattern.nnz \
+            and not (x.requires_grad and torch.is_grad_enabled()):
         from sparsad.coarsen import budget
+        from sparsad.torch._jacobian_coarsened import hot, products
 
-        # auto: a short wall deadline for coarsening's symbolic work (it goes on in the background)
-        wait = None if mode == "coarsen" or os.environ.get("SPARSAD_COARSEN_WAIT_S") else AUTO_COARSEN_WAIT_S
-        with budget.call_deadline(wait):
-            if point is None:
-                J = _coarsened(f, x, pattern, None, mode)
-                J = None if J is NOT_READY else J
-            else:  # the probe's VJP is one more call of the compiled gradient (no autograd, no JVP)
-                from sparsad.torch._probe import checked, probe_vector
-
-                probe = probe_vector(pattern, pattern.shape[0], x, "rows")
-                result = _coarsened(f, x, pattern, probe, mode)
-                if result is not None and result is not NOT_READY:
-                    return checked(result[0], lambda _: result[1], probe, False, "column")
+        if mode == "coarsen" or hot(f, x, pattern):
+            # auto: a short wall deadline for coarsening's symbolic work (it goes on in the background)
+            wait = None if mode == "coarsen" or os.environ.get("SPARSAD_COARSEN_WAIT_S") else AUTO_COARSEN_WAIT_S
+            with budget.call_deadline(wait):  # (the probe's VJP is one more call of the compiled gradient)
+                J = products(f, x, pattern, probing, mode, pattern_arg, detected)
+            if J is not None and J is not NOT_READY:
+                return J
+            J = None
     if mode == "coarsen":
         mode = "reverse"  # where coarsening refused f (it warned, naming f's line)
-    if J is None and pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
-        if point is None:
+    if pattern.nnz and _mode(pattern, "forward" if wrapped else mode, x) == "reverse":
+        if not probing:
             return _reverse(f, x, pattern)
         from sparsad.torch._probe import checked, probe_vector
 
         probe = probe_vector(pattern, pattern.shape[0], x, "rows")  # its VJP rides in the batch
         J, probed = _reverse(f, x, pattern, probe)
         return checked(J, lambda _: probed, probe, False, "column")
-    elif J is None:
-        J = _recover(pattern, "jacobian", lambda v: torch.func.jvp(fast_f, (x,), (v,))[1], x)
+    point = x.detach().clone() if probing else None  # (f may update x in place)
+    fast_f = _with_scalar_operands(f)
+    J = _recover(pattern, "jacobian", lambda v: torch.func.jvp(fast_f, (x,), (v,))[1], x)
     return _probed_jacobian(J, f, fast_f, point) if point is not None else J
 
 
