@@ -13,22 +13,9 @@ import sparsad.torch as sat
 from sparsad.errors import FormatError, InputError, ShapeError
 from sparsad.ops.pattern import CSRPattern
 from sparsad.torch.jacobian import colour_columns
+from poisson import poisson_pattern, poisson_residual
 
 f64 = torch.float64
-
-
-def poisson_residual(side: int):
-    def residual(u):
-        grid = u.reshape(side, side)
-        padded = torch.nn.functional.pad(grid, (1, 1, 1, 1))
-        lap = 4 * grid - padded[:-2, 1:-1] - padded[2:, 1:-1] - padded[1:-1, :-2] - padded[1:-1, 2:]
-        return (lap + 0.1 * grid ** 3).reshape(-1)
-    return residual
-
-
-def poisson_pattern(side: int):
-    one = sp.diags([np.ones(side - 1), np.ones(side), np.ones(side - 1)], [-1, 0, 1])
-    return sp.kronsum(one, one).tocsr()
 
 
 @settings(max_examples=10, deadline=None)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sparsad.torch as sat
 from helpers_coarsen import load_function
+from poisson import poisson_pattern, poisson_residual
 from sparsad.errors import InputError
 
 f64 = torch.float64
@@ -96,25 +97,11 @@ def test_structural_pattern_holds_every_nonzero_of_jacfwd_at_random_points(progr
 
 # -- the probe where the structure is not inside the pattern ------------------------------------------
 
-def poisson(side: int):
-    def residual(u):
-        grid = u.reshape(side, side)
-        padded = torch.nn.functional.pad(grid, (1, 1, 1, 1))
-        lap = 4 * grid - padded[:-2, 1:-1] - padded[2:, 1:-1] - padded[1:-1, :-2] - padded[1:-1, 2:]
-        return (lap + 0.1 * grid ** 3).reshape(-1)
-    return residual
-
-
-def poisson_pattern(side: int) -> sp.csr_matrix:
-    one = sp.diags([np.ones(side - 1), np.ones(side), np.ones(side - 1)], [-1, 0, 1])
-    return sp.kronsum(one, one).tocsr()
-
-
 def test_a_pattern_missing_an_entry_still_raises_from_the_compiled_code(monkeypatch):
     """The structure is not inside a pattern missing one entry: the probe stays, and raises our
     InputError on every compiled call; the full pattern is proven and skips it."""
     side = 5
-    residual = poisson(side)
+    residual = poisson_residual(side)
     u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(1))
     short = poisson_pattern(side).tolil()
     short[7, 8] = 0
@@ -214,7 +201,7 @@ def test_pattern_none_where_dense_detection_is_refused():
     """n = 4096: dense detection would need a 4096 x 4096 Jacobian (above DETECT_MAX_ENTRIES); the
     structure needs none."""
     side = 64
-    residual = poisson(side)
+    residual = poisson_residual(side)
     u = torch.randn(side * side, dtype=f64, generator=torch.Generator().manual_seed(4))
     assert (side * side) ** 2 > jacobian_module.DETECT_MAX_ENTRIES
     J = sat.jacobian(residual, u, mode="reverse")

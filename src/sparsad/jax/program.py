@@ -466,14 +466,14 @@ class _StageChain:
         """[(stage program, result name)] for inputs like these; [] when no let is cut."""
         from sparsad.lang.typecheck import infer
         from sparsad.lang.types import tensor_order
-        from sparsad.opt.stages import matrix_product, split_stages
+        from sparsad.opt.stages import dense_size, matrix_product, split_stages
 
         try:
             types = {name: _type_of(value) for name, value in inputs.items()}
             result = infer(self.owner.program.expr, types)
         except Exception:  # noqa: BLE001 - the one program reports the user's error
             return []
-        budget = max([_dense_size(t) or 0 for t in types.values()] + [_dense_size(result) or 0, 1])
+        budget = max([dense_size(t) or 0 for t in types.values()] + [dense_size(result) or 0, 1])
         cut: set[str] = set()
 
         def keep(name: str, value) -> bool:
@@ -481,7 +481,7 @@ class _StageChain:
                 t = infer(value, types)
             except Exception:  # noqa: BLE001 - not typeable on its own: stays inside
                 return False
-            size = _dense_size(t) if tensor_order(t) is not None else None
+            size = dense_size(t) if tensor_order(t) is not None else None
             if size is None or size > budget:
                 return False
             types[name] = t
@@ -527,20 +527,6 @@ def _type_of(value: Any):
     for extent in reversed(tuple(value.shape)):
         result = Dict(Int(extent=int(extent)), result)
     return result
-
-
-def _dense_size(t) -> int | None:
-    """The number of entries of a real tensor type held densely (None: unknown or not one)."""
-    from sparsad.lang.types import extents, tensor_order
-
-    if tensor_order(t) is None:
-        return None
-    size = 1
-    for extent in extents(t):
-        if extent is None:
-            return None
-        size *= extent
-    return size
 
 
 def _signature_of(inputs: dict[str, Any]) -> tuple | None:

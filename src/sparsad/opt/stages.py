@@ -189,3 +189,18 @@ def matrix_product(expr: Expr) -> tuple[str, str] | None:
             if {(product.left, product.right), (product.right, product.left)} & {(Var(x), Var(y))}:
                 return left, right
     return None
+
+
+def dense_size(t) -> int | None:
+    """The number of entries of a real tensor type held densely (None: unknown or not one); the
+    bridges' size limit for an intermediate passed between stages."""
+    from sparsad.lang.types import extents, tensor_order
+
+    if tensor_order(t) is None:
+        return None
+    size = 1
+    for extent in extents(t):
+        if extent is None:
+            return None
+        size *= extent
+    return size

@@ -652,16 +652,7 @@ class _StageChain:
                 if name not in self.owner.wrt and isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     raise InputError(f"input {name!r} requires grad but is not in wrt={list(self.owner.wrt)}; add "
                                      f"it to wrt or pass {name}.detach()")
-        env = dict(inputs)
-        for program, name, stage_layout, product in plan:
-            value = _matmul(env, product) if product is not None and (name is not None or
-                                                                       layout.kind != "pattern") else None
-            if value is None:
-                value = program._call({n: env[n] for n in program.program.inputs},
-                                      stage_layout if name is not None else layout)
-            if name is None:
-                return value
-            env[name] = value
+        return _run_stages(plan, inputs, layout, matmul_last=layout.kind != "pattern")
 
     def traced(self, inputs: Mapping[str, Any], layout: _Layout) -> Any:
         """The chain while dynamo traces: the plan is made at trace time (a graph constant, from
@@ -685,16 +676,7 @@ class _StageChain:
         plan = self._plans[("traced", signature)]  # where dynamo finds the stage programs
         if not plan:
             return _UNSPLIT
-        env = dict(inputs)
-        for program, name, stage_layout, product in plan:
-            value = _matmul(env, product) if product is not None else None
-            if value is None:
-                value = program._call({n: env[n] for n in program.program.inputs},
-                                      stage_layout if name is not None else layout)
-            if name is None:
-                return value
-            env[name] = value
-        return _UNSPLIT
+        return _run_stages(plan, inputs, layout, matmul_last=True)
 
     def _traced_plan(self, signature: tuple) -> list:
         """`_plan` for traced inputs described by `signature` (run at trace time)."""
@@ -729,14 +711,14 @@ class _StageChain:
     def _plan_types(self, types: dict, traced: bool) -> list:
         from sparsad.lang.typecheck import infer
         from sparsad.lang.types import extents, tensor_order
-        from sparsad.opt.stages import matrix_product, split_stages
+        from sparsad.opt.stages import dense_size, matrix_product, split_stages
 
         try:
             result = infer(self.owner.program.expr, types)
         except Exception:  # noqa: BLE001 - the one program reports the user's error
             return []
         # intermediates held densely may be as large as the program's own arrays, no larger
-        budget = max([_dense_size(t) or 0 for t in types.values()] + [_dense_size(result) or 0, 1])
+        budget = max([dense_size(t) or 0 for t in types.values()] + [dense_size(result) or 0, 1])
         layouts: dict[str, _Layout] = {}
 
         def keep(name: str, value) -> bool:
@@ -752,7 +734,7 @@ class _StageChain:
             elif order == 2 and not traced:
                 layouts[name] = _Layout("natural")  # a SparseMatrix when sparse, a tensor when dense
             else:
-                size = _dense_size(t)
+                size = dense_size(t)
                 if size is None or size > budget:
                     return False
                 layouts[name] = _Layout("dense", tuple(extents(t)))
@@ -775,6 +757,22 @@ class _StageChain:
         return plan
 
 
+
+def _run_stages(plan: list, inputs: Mapping[str, Any], layout: _Layout, matmul_last: bool) -> Any:
+    """Each stage on the inputs and the earlier stages' results; the last stage's result. A stage
+    that is exactly a dense product runs as torch.matmul (the last one only if `matmul_last`)."""
+    env = dict(inputs)
+    value = None
+    for program, name, stage_layout, product in plan:
+        value = _matmul(env, product) if product is not None and (name is not None or matmul_last) else None
+        if value is None:
+            value = program._call({n: env[n] for n in program.program.inputs},
+                                  stage_layout if name is not None else layout)
+        if name is None:
+            break
+        env[name] = value
+    return value
+
 def _matmul(env: Mapping[str, Any], product: tuple[str, str]) -> torch.Tensor | None:
     """L @ R by torch.matmul when the stage is exactly that product of two dense float matrices
     of one dtype (a GEMM, without the bridge's conversions; torch's derivative of a product is
@@ -785,20 +783,6 @@ def _matmul(env: Mapping[str, Any], product: tuple[str, str]) -> torch.Tensor | 
                 and value.dtype in (torch.float32, torch.float64)):
             return None
     return torch.matmul(left, right) if left.dtype == right.dtype else None
-
-
-def _dense_size(t) -> int | None:
-    """The number of entries of a real tensor type held densely (None: unknown or not one)."""
-    from sparsad.lang.types import extents, tensor_order
-
-    if tensor_order(t) is None:
-        return None
-    size = 1
-    for extent in extents(t):
-        if extent is None:
-            return None
-        size *= extent
-    return size
 
 
 def _signature_of(inputs: Mapping[str, Any]) -> tuple | None:
