@@ -32,6 +32,7 @@ from typing import Callable
 from sparsad.lang.names import all_names, desugar_let_tuples
 from sparsad.lang.rebuild import map_children, substitute
 from sparsad.lang.syntax import Expr, Let, Singleton, Sum, Unique, Var, free_vars, has_loop, walk
+from sparsad.opt.anf import blocks
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def split_stages(expr: Expr, keep: Callable[[str, Expr], bool] | None = None) ->
     for lets the cost rules would cut; every let by default). A stage's name is the let's own
     name unless that is taken elsewhere in the program (a shadowed input, a repeated name): then
     a fresh one."""
-    spine, body = _top_level_lets(_distinct_let_names(desugar_let_tuples(expr)))
+    spine, body = blocks(_distinct_let_names(desugar_let_tuples(expr)))
     stages: list[Stage] = []
     kept: list[tuple[str, Expr]] = []  # top-level lets not cut: repeated in the stages that read them
     for index, (name, value) in enumerate(spine):
@@ -79,14 +80,6 @@ def worth_materialising(name: str, value: Expr, body: Expr) -> bool:
     return reads > 1 or (reads == 1 and _read_inside_loop(name, body))
 
 
-def _top_level_lets(expr: Expr) -> tuple[list[tuple[str, Expr]], Expr]:
-    spine = []
-    while isinstance(expr, Let):
-        spine.append((expr.name, expr.value))
-        expr = expr.body
-    return spine, expr
-
-
 def _rebuild(spine: list[tuple[str, Expr]], body: Expr) -> Expr:
     for name, value in reversed(spine):
         body = Let(name, value, body)
@@ -105,14 +98,14 @@ def _distinct_let_names(expr: Expr) -> Expr:
     """The top-level lets renamed apart: each name bound once in the program and not an input
     (a let shadowing an input or another let gets a fresh name; no capture: it is new)."""
     taken = all_names(expr)
-    spine, body = _top_level_lets(expr)
+    spine, body = blocks(expr)
     renamed: list[tuple[str, Expr]] = []
     while spine:
         (name, value), spine = spine[0], spine[1:]
         if _binders(name, expr) > 1 or name in free_vars(expr):
             fresh = _fresh(name, taken)
             rest = substitute(_rebuild(spine, body), name, Var(fresh))
-            spine, body = _top_level_lets(rest)
+            spine, body = blocks(rest)
             name = fresh
         renamed.append((name, value))
     return _rebuild(renamed, body)
