@@ -757,7 +757,6 @@ class _StageChain:
         return plan
 
 
-
 def _run_stages(plan: list, inputs: Mapping[str, Any], layout: _Layout, matmul_last: bool) -> Any:
     """Each stage on the inputs and the earlier stages' results; the last stage's result. A stage
     that is exactly a dense product runs as torch.matmul (the last one only if `matmul_last`)."""
@@ -772,6 +771,7 @@ def _run_stages(plan: list, inputs: Mapping[str, Any], layout: _Layout, matmul_l
             break
         env[name] = value
     return value
+
 
 def _matmul(env: Mapping[str, Any], product: tuple[str, str]) -> torch.Tensor | None:
     """L @ R by torch.matmul when the stage is exactly that product of two dense float matrices
