@@ -225,15 +225,6 @@ def _structural(analysis, shape: tuple[int, int]) -> CSRPattern | None:
 _STRUCTURES: dict = {}
 
 
-def _contains(pattern: CSRPattern, structural: CSRPattern) -> bool:
-    """Every entry of `structural` is in `pattern` (host-side, once per trace)."""
-    if structural.nnz > pattern.nnz:
-        return False
-    keys, held = structural.keys, pattern.keys  # both sorted
-    position = np.minimum(np.searchsorted(held, keys), max(held.size - 1, 0))
-    return bool(keys.size == 0 or (held.size and np.array_equal(held[position], keys)))
-
-
 def _pattern_and_probe(f: Callable, x, given: Any, shape: tuple[int, int], check: bool, kind: str,
                        analyse: Callable, dense: Callable) -> tuple[CSRPattern, bool]:
     """(pattern, probe?). No pattern: the structural one from f's jaxpr (a superset of the nonzeros
@@ -253,7 +244,7 @@ def _pattern_and_probe(f: Callable, x, given: Any, shape: tuple[int, int], check
     if not check:
         return pattern, False
     structural = _structural(analyse(), shape)
-    return pattern, not (structural is not None and _contains(pattern, structural))
+    return pattern, not (structural is not None and pattern.holds(structural))
 
 
 def jacobian(f: Callable, x: Any, pattern: Any = None, check: bool = True) -> SparseMatrix:

@@ -163,6 +163,20 @@ class CSRPattern:
         found[found] = self.keys[pos[found]] == wanted[found]
         return np.where(found, pos, -1)
 
+    def holds(self, other: "CSRPattern") -> bool:
+        """Whether every entry of `other`, a pattern of the same shape, is an entry of self.
+
+        >>> import scipy.sparse as sp
+        >>> CSRPattern.from_scipy(sp.eye(3, format="csr")).holds(CSRPattern.from_scipy(sp.eye(3, k=1, format="csr")))
+        False
+        """
+        if tuple(other.shape) != tuple(self.shape) or other.nnz > self.nnz:
+            return False
+        if other.nnz == 0:
+            return True
+        position = np.minimum(np.searchsorted(self.keys, other.keys), self.nnz - 1)
+        return bool(np.array_equal(self.keys[position], other.keys))
+
     def positions_of(self, other: "CSRPattern") -> np.ndarray:
         """Position in self of each entry of `other` (whose entries must be a subset of self's)."""
         pos = np.searchsorted(self.keys, other.keys)

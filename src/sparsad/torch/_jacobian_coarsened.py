@@ -164,30 +164,14 @@ def _structure_entry(plan) -> tuple:
     return entry
 
 
-def plan_structure(plan):
-    """The structural pattern (scipy CSR, rows of f's output x entries of x) of the graph `plan` serves,
-    or None where the analysis has no rule for some operation; worked out once per plan."""
-    return _structure_entry(plan)[1]
-
-
 def plan_pattern(plan) -> CSRPattern | None:
-    """`plan_structure` as a CSRPattern, one object per plan (its colourings are kept on it)."""
+    """The structural pattern (rows of f's output x entries of x) of the graph `plan` serves, or
+    None where the analysis has no rule for some operation; worked out once per plan, one
+    CSRPattern object per plan (its colourings are kept on it)."""
     entry = _structure_entry(plan)
     if entry[2] is None and entry[1] is not None:
         entry = _STRUCTURES[id(plan)] = (entry[0], entry[1], CSRPattern.from_scipy(entry[1], name="structure"))
     return entry[2]
-
-
-def _contains(pattern: CSRPattern, structure) -> bool:
-    if tuple(structure.shape) != tuple(pattern.shape):
-        return False
-    if (np.array_equal(structure.indptr, pattern.indptr) and np.array_equal(structure.indices, pattern.indices)):
-        return True
-    import scipy.sparse as sp
-
-    stored = sp.csr_array((np.ones(pattern.nnz, dtype=np.float32), pattern.indices, pattern.indptr),
-                          shape=pattern.shape)
-    return int(structure.multiply(stored).count_nonzero()) == int(structure.count_nonzero())
 
 
 def proven(plan, pattern: CSRPattern) -> bool:
@@ -197,8 +181,8 @@ def proven(plan, pattern: CSRPattern) -> bool:
     entry = cache.get(id(plan))
     if entry is not None and entry[0]() is plan:
         return entry[1]
-    structure = plan_structure(plan)
-    verdict = structure is not None and _contains(pattern, structure)
+    structure = plan_pattern(plan)
+    verdict = structure is not None and pattern.holds(structure)
     if len(cache) >= STRUCTURES_KEPT:
         cache.clear()
     cache[id(plan)] = (weakref.ref(plan), verdict)
