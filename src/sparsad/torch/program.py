@@ -681,19 +681,14 @@ class _StageChain:
     def _traced_plan(self, signature: tuple) -> list:
         """`_plan` for traced inputs described by `signature` (run at trace time)."""
         from sparsad.lang.typecheck import value_type
-        from sparsad.lang.types import REAL, Dict, Int
+        from sparsad.lang.types import tensor
 
         key = ("traced", signature)
         if key not in self._plans:
             types = {}
-            for name, kind, shape in signature:
-                if kind in ("sparse", "dense"):
-                    t = REAL
-                    for extent in reversed(shape):
-                        t = Dict(Int(extent=int(extent)), t)
-                    types[name] = t
-                else:
-                    types[name] = value_type(shape)
+            for name, kind, shape in signature:  # (for a number, `shape` is its value)
+                types[name] = tensor(len(shape), tuple(int(e) for e in shape)) if kind in ("sparse", "dense") \
+                    else value_type(shape)
             self._plans[key] = self._plan_types(types, traced=True)
         return self._plans[key]
 
