@@ -108,14 +108,20 @@ def _conversions(positions: tuple, scalars: dict) -> list[str]:
         if scalars[i]:
             lines.append(f"    v{i} = a{i}.item()")
         else:
-            lines += [f"    e = lookup(id(a{i}))",
-                      f"    if e is not None and e[0]() is a{i} and e[1] == a{i}.data_ptr() and e[2] == a{i}.stride():",
-                      f"        v{i} = e[3]",
-                      "    else:",
-                      f"        v{i} = view(a{i})",
-                      f"        if v{i} is MISS:",
-                      "            return MISS"]
+            lines += _view_lines(i, "    ")
     return lines
+
+
+def _view_lines(i: int, indent: str) -> list[str]:
+    """Source lines binding ``v{i}`` to the kept view of tensor ``a{i}`` (made now where none is kept
+    for its storage and strides; ``MISS`` where it cannot be viewed)."""
+    return [f"{indent}e = lookup(id(a{i}))",
+            f"{indent}if e is not None and e[0]() is a{i} and e[1] == a{i}.data_ptr() and e[2] == a{i}.stride():",
+            f"{indent}    v{i} = e[3]",
+            f"{indent}else:",
+            f"{indent}    v{i} = view(a{i})",
+            f"{indent}    if v{i} is MISS:",
+            f"{indent}        return MISS"]
 
 
 def _results(picks: tuple, like: dict, single: bool, namespace: dict) -> list[str]:
@@ -199,13 +205,7 @@ def _straight_batch(direct: Callable, tensor_positions: tuple, picks: tuple, sin
               f"        if not (type(a{p}) is Tensor and a{p}.is_cpu and a{p}.shape == like_shape "
               f"and a{p}.dtype == like_dtype):",
               "            return MISS",
-              f"        e = lookup(id(a{p}))",
-              f"        if e is not None and e[0]() is a{p} and e[1] == a{p}.data_ptr() and e[2] == a{p}.stride():",
-              f"            v{p} = e[3]",
-              "        else:",
-              f"            v{p} = view(a{p})",
-              f"            if v{p} is MISS:",
-              "                return MISS",
+              *_view_lines(p, "        "),
               f"        g = direct({''.join(f'v{i}, ' for i in tensor_positions)}1.0)",
               f"        out.append({results[0] if single else '(' + ', '.join(results) + ',)'})",
               "    return out"]
